@@ -348,7 +348,12 @@ class Controller(Actor):
                                              msg.validate_only, created, budget, planned,
                                              row.assignments, row.internal))
             except KafkaError as exc:
-                rows.append(CreateTopicDoneRow(row.name, int(exc.code), str(exc), -1, -1))
+                # a coordinator asking for its own topic is told the count it has (it maps
+                # its ids over that); a client's answer keeps Kafka's -1
+                have = self.store.topics.get(row.name)
+                count = (have.num_partitions if row.internal and have is not None
+                         and exc.code == ErrorCode.TOPIC_ALREADY_EXISTS else -1)
+                rows.append(CreateTopicDoneRow(row.name, int(exc.code), str(exc), count, -1))
         self._log_refused(rows)
         if not created:
             self._reply_after_changes(CreateTopicsDone(msg.req_id, rows), msg.timeout_ms)

@@ -31,7 +31,8 @@ The core returns effects; this shell performs them:
 
 Start-up: once the request handlers exist (so they hear of the new topic),
 the coordinator asks the Controller to create ``__consumer_offsets``
-(``offsets.topic.num.partitions`` partitions; "already exists" is fine; an answer
+(``offsets.topic.num.partitions`` partitions; "already exists" is fine, and the
+partitions it has are those the groups map over; an answer
 not come after CREATE_WAIT_MS was lost with the Controller, which is asked again), reads
 every partition from offset 0 to its log end (as Kafka's FetchLogEnd: a new
 leader's high watermark can lag commits its ISR acknowledged), keeps the
@@ -47,6 +48,7 @@ once at setup, so a wall-clock jump never fires a session timer early.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -398,6 +400,8 @@ class GroupCoordinator(LoadReading, Actor):
         self.loaded_parts: set[int] = set()  # cluster: partitions whose groups are loaded
         self.to_load: set[int] = set()
         self.refused_not_coordinator = 0
+        # cluster: whether the ReplicaManager has said how many partitions the topic has
+        self.count_known = not self.cluster
         if self.cluster:
             self.phase = "cluster"
             if self.crashes:  # restarted: which partitions this node leads died with the crash
@@ -461,6 +465,7 @@ class GroupCoordinator(LoadReading, Actor):
             self.phase = "create-retry"
             self.retry_at_ms = self.clock.now_ms() + RETRY_MS
             return
+        self._use_partition_count(row.num_partitions)
         if row.error_code == TOPIC_EXISTS:
             # Made before it was compacted: make it so (no change if it is already).
             self.tell(self.topology.controller, AlterTopicConfigs(
@@ -472,6 +477,54 @@ class GroupCoordinator(LoadReading, Actor):
         self.read_offsets = {p: 0 for p in range(self.num_partitions)}
         self.loaded_records = {}
         self._send_reads()
+
+    def _use_partition_count(self, count: int) -> None:
+        """Map the groups over the partitions ``__consumer_offsets`` has (Kafka's
+        partitionFor), not a changed ``offsets.topic.num.partitions``: otherwise a group
+        would look for its offsets, and its coordinator, on another partition.
+
+        In a cluster a count of 0 is unknown (the ReplicaManager's metadata lacks the
+        topic: a LeaderAndIsr came before the UpdateMetadata, or the topic was re-created):
+        nothing is loaded or served until a count arrives, as a group served under a
+        guessed count may commit to a partition it does not map to."""
+        if count <= 0:
+            if self.cluster and self.count_known:
+                self.count_known = False
+                self._forget_loads()
+            return
+        self.count_known = True
+        if count == self.num_partitions:
+            return
+        configured = int(self.config["offsets.topic.num.partitions"])
+        if count != configured and self.address == self.topology.coordinator(0):
+            self.log.warning("{} has {} partitions, offsets.topic.num.partitions is {}: "
+                             "groups are mapped over the {} it has", OFFSETS_TOPIC, count,
+                             configured, count)
+        if self.cluster:
+            self._forget_loads()
+        self.num_partitions = count
+        self.core.config = dataclasses.replace(self.core.config,
+                                               offsets_topic_num_partitions=count)
+
+    def _forget_loads(self) -> None:
+        """Cluster: the groups loaded, or being loaded, under a count the topic no longer
+        has are unloaded (members parked in a JoinGroup or SyncGroup answered
+        NOT_COORDINATOR) and loaded again once the count is known: a load under the old
+        count kept the wrong groups, and one finished later would replace live ones."""
+        if self.loaded_parts:
+            self._perform(self.core.unload(set(self.loaded_parts)))
+            self.log.info("unloaded the groups of {}-{}: its partition count changed or is unknown",
+                          OFFSETS_TOPIC, sorted(self.loaded_parts))
+            self.loaded_parts = set()
+        if self.phase in ("loading", "read-retry"):  # its late answers match nothing
+            self.reads.reset()
+            self.read_offsets = {}
+            self.loaded_records = {}
+            for p in self.loading_parts:
+                self.txn_pending.pop(p, None)
+            self.loading_parts = set()
+            self.phase = "cluster"
+        self.to_load = set(self.led)
 
     def _send_reads(self) -> None:
         by_shard: dict[Address, list[ReadRow]] = {}
@@ -707,7 +760,9 @@ class GroupCoordinator(LoadReading, Actor):
         else:
             for group_id in group_ids:
                 p = self.core.partition_for(group_id)
-                if p not in self.led:
+                if not self.count_known:
+                    refused[group_id] = self._count_unknown_code()
+                elif p not in self.led:
                     refused[group_id] = ErrorCode.NOT_COORDINATOR
                 elif p not in self.loaded_parts:
                     refused[group_id] = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -813,6 +868,10 @@ class GroupCoordinator(LoadReading, Actor):
     @handles(CoordinatorPartitions)
     def on_coordinator_partitions(self, msg: CoordinatorPartitions) -> None:
         """Load the groups of partitions this node now leads; unload those it lost."""
+        self._use_partition_count(msg.partition_count)
+        if not msg.elected and not msg.resigned:
+            self._maybe_load_partitions()
+            return
         resigned = {p for p in msg.resigned if p in self.led}
         for p in resigned:
             del self.led[p]
@@ -829,7 +888,7 @@ class GroupCoordinator(LoadReading, Actor):
         self._maybe_load_partitions()
 
     def _maybe_load_partitions(self) -> None:
-        if self.phase != "cluster" or not self.to_load:
+        if self.phase != "cluster" or not self.to_load or not self.count_known:
             return
         batch, self.to_load = sorted(self.to_load), set()
         self.phase = "loading"
@@ -874,8 +933,15 @@ class GroupCoordinator(LoadReading, Actor):
         # DescribeGroups and DeleteGroups are judged group by group (_refused_groups)
         groups = [] if isinstance(msg, ListGroups) else [msg.group_id]
         code = NONE
+        if not groups and not self.count_known and self.led:
+            # ListGroups while the partitions this node leads wait for the count: nothing
+            # is loaded, so an empty list would be wrong (Kafka: LOAD_IN_PROGRESS while loading)
+            code = LOAD_IN_PROGRESS
         for group_id in groups:
             p = self.core.partition_for(group_id)
+            if not self.count_known:
+                code = int(self._count_unknown_code())
+                break
             if p not in self.led:
                 code = NOT_COORDINATOR
                 break
@@ -890,6 +956,12 @@ class GroupCoordinator(LoadReading, Actor):
         self.reply(refusal_for(msg, code))
         return False
 
+    def _count_unknown_code(self) -> ErrorCode:
+        """Without the count no group maps to a partition: LOAD_IN_PROGRESS while this node
+        leads some (they load once it comes), NOT_COORDINATOR otherwise; both retriable."""
+        return (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.led
+                else ErrorCode.NOT_COORDINATOR)
+
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {
@@ -898,6 +970,7 @@ class GroupCoordinator(LoadReading, Actor):
             "refused_not_coordinator": self.refused_not_coordinator,
             "loaded": self.loaded,
             "phase": self.phase,
+            "partition_count_known": self.count_known,
             "creates_lost": self.creates_lost,
             "create_answers_stale": self.create_answers_stale,
             "groups": {gid: g.state.value for gid in self.core.group_ids()

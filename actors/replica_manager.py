@@ -850,7 +850,10 @@ class ReplicaManager(Actor):
             return
         self.applied["um"] += 1
         self._tell_deletions(msg)
+        counts = {t: self.cache.whole_partition_count(t)
+                  for t in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)}
         self.cache.apply(msg)
+        self._internal_counts_changed(counts)
         self.metadata_version += 1
         sync = MetadataSync(self.metadata_version)
         for handler in self.topology.all_handlers():
@@ -1019,16 +1022,33 @@ class ReplicaManager(Actor):
             self._report_storage_failed()
 
     # ------------------------------------------------------------ the others
-    def _coordinators(self, elected: list[CoordinatorPartitionRow], resigned: list[int]) -> None:
-        if not elected and not resigned:
+    def _coordinators(self, elected: list[CoordinatorPartitionRow], resigned: list[int],
+                      count_changed: bool = False) -> None:
+        """Tell the group coordinators what this node now leads of ``__consumer_offsets``
+        and how many partitions it has (their ids map over those, not the config's)."""
+        if not elected and not resigned and not count_changed:
             return
+        count = self.cache.whole_partition_count(OFFSETS_TOPIC) or 0
         for i in range(self.topology.num_coordinators):
-            self.tell(self.topology.coordinator(i), CoordinatorPartitions(elected, resigned))
+            self.tell(self.topology.coordinator(i),
+                      CoordinatorPartitions(elected, resigned, count))
 
-    def _txn_coordinators(self, elected: list[TxnPartitionRow], resigned: list[int]) -> None:
-        if elected or resigned:
+    def _txn_coordinators(self, elected: list[TxnPartitionRow], resigned: list[int],
+                          count_changed: bool = False) -> None:
+        if elected or resigned or count_changed:
+            count = self.cache.whole_partition_count(TRANSACTION_STATE_TOPIC) or 0
             for address in all_txn_coordinators(self.topology):
-                self.tell(address, TxnCoordinatorPartitions(elected, resigned))
+                self.tell(address, TxnCoordinatorPartitions(elected, resigned, count))
+
+    def _internal_counts_changed(self, before: dict[str, int | None]) -> None:
+        """A LeaderAndIsr may come before the metadata that shows how many partitions an
+        internal topic has: the coordinators hear of the count once the metadata does."""
+        changed = {t for t, n in before.items()
+                   if self.cache.whole_partition_count(t) not in (n, None)}
+        if OFFSETS_TOPIC in changed:
+            self._coordinators([], [], True)
+        if TRANSACTION_STATE_TOPIC in changed:
+            self._txn_coordinators([], [], True)
 
     def _fetchers(self, follow: list[ReplicaStateRow], lead: list[TopicPartition],
                   stopped: list[TopicPartition] | None = None) -> None:
@@ -1346,10 +1366,12 @@ class ReplicaManager(Actor):
         if msg.transactions:  # its metadata too (markers go to the partitions' leaders)
             self.tell(self.current_sender, self.cache.snapshot(self.fencing.broker_epoch))
             self.tell(self.current_sender, TxnCoordinatorPartitions(
-                [TxnPartitionRow(p, e) for p, e in led], []))
+                [TxnPartitionRow(p, e) for p, e in led], [],
+                self.cache.whole_partition_count(topic) or 0))
         else:
             self.tell(self.current_sender, CoordinatorPartitions(
-                [CoordinatorPartitionRow(p, e) for p, e in led], []))
+                [CoordinatorPartitionRow(p, e) for p, e in led], [],
+                self.cache.whole_partition_count(topic) or 0))
 
     @handles(ShardRestarted)
     def on_shard_restarted(self, msg: ShardRestarted) -> None:

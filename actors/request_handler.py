@@ -131,7 +131,13 @@ from wire.replication_messages import (
     ReplicaReadDone,
 )
 from wire.security_messages import AclsDone, ScramCredentialsDone
-from wire.transaction_messages import DescribeTxnsDone, InitTxnProducerDone, ListTxnsDone, TxnDone
+from wire.transaction_messages import (
+    AddPartitionsRefused,
+    DescribeTxnsDone,
+    InitTxnProducerDone,
+    ListTxnsDone,
+    TxnDone,
+)
 
 API_VERSIONS = int(ApiKey.ApiVersions)
 FETCH = int(ApiKey.Fetch)
@@ -513,7 +519,8 @@ class RequestHandler(Actor):
              AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
              OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
              DescribeTxnsDone, ListTxnsDone, ElectLeadersDone, AclsDone, ScramCredentialsDone,
-             OffsetForLeaderEpochDone, AlterReassignmentsDone, ListReassignmentsDone)
+             OffsetForLeaderEpochDone, AlterReassignmentsDone, ListReassignmentsDone,
+             AddPartitionsRefused)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

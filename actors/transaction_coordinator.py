@@ -44,6 +44,7 @@ failed, and those fenced (PrepareEpochFence) whose PrepareAbort write failed.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -89,6 +90,7 @@ from wire.broker_messages import (
 from wire.cluster_messages import CoordinatorRestarted, UpdateMetadata
 from wire.errors import ErrorCode
 from wire.transaction_messages import (
+    AddPartitionsRefused,
     AddPartitionsToTxn,
     DescribeTxns,
     DescribeTxnsDone,
@@ -131,11 +133,13 @@ def txn_coordinator_name(i: int) -> str:
     return f"txn-coordinator-{i}"
 
 
-def txn_coordinator_for(topology: Topology, config: Config, transactional_id: str) -> Address:
-    """The coordinator actor (of this broker) owning ``transactional_id``'s partition."""
+def txn_coordinator_for(topology: Topology, num_partitions: int, transactional_id: str
+                        ) -> Address:
+    """The coordinator actor (of this broker) owning ``transactional_id``'s partition, of
+    ``num_partitions`` (those ``__transaction_state`` has: ``internal_partition_count``)."""
     from actors.core.transaction_log import partition_for
 
-    p = partition_for(transactional_id, int(config["transaction.state.log.num.partitions"]))
+    p = partition_for(transactional_id, num_partitions)
     return Address(topology.home or topology.node,
                    txn_coordinator_name(p % topology.num_coordinators))
 
@@ -224,6 +228,8 @@ class TransactionCoordinator(LoadReading, Actor):
         self.records: dict[int, dict[bytes, bytes | None]] = {}
         self.metadata = MetadataCache() if self.cluster else None
         self.refused_loading = 0
+        # cluster: whether the ReplicaManager has said how many partitions the topic has
+        self.count_known = not self.cluster
         if self.cluster:
             self.phase = "cluster"
             if self.crashes:  # restarted: what it led, and the metadata, died with the crash
@@ -257,12 +263,57 @@ class TransactionCoordinator(LoadReading, Actor):
             self.phase = "create-retry"
             self.retry_at_ms = self.clock.now_ms() + RETRY_MS
             return
+        self._use_partition_count(row.num_partitions)
         for p in range(self.num_partitions):
             if self._owned(p):
                 self.led[p] = 0
         self.to_load = set(self.led)
         self.phase = "ready"
         self._maybe_load()
+
+    def _use_partition_count(self, count: int) -> None:
+        """Map the transactional ids over the partitions ``__transaction_state`` has
+        (Kafka's partitionFor), not a changed ``transaction.state.log.num.partitions``:
+        otherwise an id would look for its state on another partition.
+
+        In a cluster a count of 0 is unknown (the ReplicaManager's metadata lacks the
+        topic): nothing is loaded or served until a count arrives, as an InitProducerId
+        served from the wrong partition hands out a new producer id without fencing the
+        id's real state."""
+        if count <= 0:
+            if self.cluster and self.count_known:
+                self.count_known = False
+                self._forget_loads()
+            return
+        self.count_known = True
+        if count == self.num_partitions:
+            return
+        configured = int(self.config["transaction.state.log.num.partitions"])
+        if count != configured and self.index == 0:
+            self.log.warning("{} has {} partitions, transaction.state.log.num.partitions is "
+                             "{}: transactional ids are mapped over the {} it has",
+                             TRANSACTION_STATE_TOPIC, count, configured, count)
+        if self.cluster:
+            self._forget_loads()
+        self.num_partitions = count
+        self.core.config = dataclasses.replace(self.core.config, num_partitions=count)
+
+    def _forget_loads(self) -> None:
+        """Cluster: the ids loaded, or being loaded, under a count the topic no longer has
+        are unloaded (writes in flight answered NOT_COORDINATOR) and loaded again once
+        the count is known: their lookups went to other partitions."""
+        if self.loaded:
+            self._perform(self.core.unload_partitions(set(self.loaded)))
+            self.marker_jobs.clear()
+            self.log.info("unloaded {}-{}: its partition count changed or is unknown",
+                          TRANSACTION_STATE_TOPIC, sorted(self.loaded))
+            self.loaded = set()
+        if self.phase in ("loading", "read-retry"):  # its late answers match nothing
+            self.reads.reset()
+            self.read_offsets = {}
+            self.records = {}
+            self.phase = self.resume_phase
+        self.to_load = set(self.led)
 
     def poll_timeout_ms(self) -> int | None:
         waits = [job.retry_at_ms for job in self.marker_jobs.values()
@@ -308,7 +359,7 @@ class TransactionCoordinator(LoadReading, Actor):
 
     # ---------------------------------------------------------- loading
     def _maybe_load(self) -> None:
-        if self.phase not in ("ready", "cluster") or not self.to_load:
+        if self.phase not in ("ready", "cluster") or not self.to_load or not self.count_known:
             return
         batch, self.to_load = sorted(self.to_load), set()
         self.resume_phase = self.phase
@@ -397,6 +448,7 @@ class TransactionCoordinator(LoadReading, Actor):
     # ---------------------------------------------------------- cluster
     @handles(TxnCoordinatorPartitions)
     def on_partitions(self, msg: TxnCoordinatorPartitions) -> None:
+        self._use_partition_count(msg.partition_count)
         resigned = {p for p in msg.resigned if p in self.led}
         for p in resigned:
             del self.led[p]
@@ -428,6 +480,11 @@ class TransactionCoordinator(LoadReading, Actor):
         p = self.core.partition_for(transactional_id)
         if not self.cluster and self.phase == "idle":
             self._create_topic()
+        if not self.count_known:  # no id maps to a partition yet; both retriable
+            if not self.led:
+                return NOT_COORDINATOR
+            self.refused_loading += 1
+            return LOAD_IN_PROGRESS
         if self.cluster and p not in self.led:
             return NOT_COORDINATOR
         if p not in self.loaded:
@@ -453,10 +510,13 @@ class TransactionCoordinator(LoadReading, Actor):
     @handles(AddPartitionsToTxn)
     def on_add(self, msg: AddPartitionsToTxn) -> None:
         code = self._serving(msg.transactional_id)
-        if code == NONE and self._unknown(msg.partitions):
-            code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if code != NONE:
             self.reply(TxnDone(msg.req_id, code))
+            return
+        unknown = self._unknown(msg.partitions)
+        if unknown:  # Kafka: those say why, the others were not tried
+            self.reply(AddPartitionsRefused(msg.req_id, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                            unknown))
             return
         self._perform(self.core.add_partitions(
             self._rid(msg.req_id, "txn"), msg.transactional_id, msg.producer_id,
@@ -609,8 +669,8 @@ class TransactionCoordinator(LoadReading, Actor):
             self.topology.num_shards
         return peer_shard_for(leader, shards, topic, partition)
 
-    def _unknown(self, partitions: list[TxnTopicPartition]) -> bool:
-        """Does this cluster coordinator's metadata lack one of ``partitions`` (not yet
+    def _unknown(self, partitions: list[TxnTopicPartition]) -> list[TxnTopicPartition]:
+        """Those of ``partitions`` this cluster coordinator's metadata lacks (not yet
         come: a topic just created, known to the broker the client asked)? Kafka's
         AddPartitionsToTxn refuses those UNKNOWN_TOPIC_OR_PARTITION (the client retries),
         checked against the metadata cache its marker channel reads: a partition taken
@@ -618,10 +678,9 @@ class TransactionCoordinator(LoadReading, Actor):
         partition is deleted (``_deleted``). __consumer_offsets (AddOffsetsToTxn) is not
         checked, as Kafka: ``_gone`` judges its markers."""
         if self.metadata is None:
-            return False
-        return any(tp.topic != OFFSETS_TOPIC
-                   and self.metadata.partition(tp.topic, tp.partition) is None
-                   for tp in partitions)
+            return []
+        return [tp for tp in partitions if tp.topic != OFFSETS_TOPIC
+                and self.metadata.partition(tp.topic, tp.partition) is None]
 
     def _deleted(self, topic: str, partition: int) -> bool:
         """A cluster's partition gone from this node's metadata: deleted, its marker is
@@ -638,7 +697,7 @@ class TransactionCoordinator(LoadReading, Actor):
     def _gone(self, txn_id: str, job: _MarkerJob, topic: str, partition: int) -> bool:
         """Is the marker for ``topic``-``partition`` to be dropped? ``_deleted``'s rule,
         except for __consumer_offsets: AddOffsetsToTxn takes its partition from this
-        node's offsets.topic.num.partitions unchecked (as Kafka), before the topic may
+        node's count of its partitions unchecked (as Kafka), before the topic may
         exist (it is made at the first FindCoordinator(GROUP)) and whatever count the
         real topic has. A partition past the real topic's count is dropped. While the
         metadata has no such topic at all its markers wait for it (it is being made) at
@@ -778,6 +837,7 @@ class TransactionCoordinator(LoadReading, Actor):
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {
             "phase": self.phase,
+            "partition_count_known": self.count_known,
             "creates_lost": self.creates_lost,
             "create_answers_stale": self.create_answers_stale,
             "led_partitions": sorted(self.led),

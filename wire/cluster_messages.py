@@ -182,6 +182,10 @@ class UpdateMetadata(NamedTuple):
     # UpdateMetadata -> their id ("" if they had none): the node's group coordinators
     # take their committed offsets (Kafka's onPartitionsDeleted)
     deleted_topics: dict[str, str] = {}
+    # the internal topics listed -> how many partitions they are assigned: a partition
+    # left NEW (no replica alive when it was made) is in no row, and the coordinators'
+    # ids map over the assigned count (Kafka's, read from the topic's znode)
+    assigned_partitions: dict[str, int] = {}
 
 
 @message(403)
@@ -544,6 +548,8 @@ class CoordinatorPartitions(NamedTuple):
 
     elected: list[CoordinatorPartitionRow]
     resigned: list[int]
+    # the partitions __consumer_offsets has (groups map over them); 0: unknown
+    partition_count: int = 0
 
 
 @message(414)

@@ -61,6 +61,8 @@ class TxnCoordinatorPartitions(NamedTuple):
 
     elected: list[TxnPartitionRow]
     resigned: list[int]
+    # the partitions __transaction_state has (transactional ids map over them); 0: unknown
+    partition_count: int = 0
 
 
 # --------------------------------------------------------------- requests
@@ -112,6 +114,17 @@ class TxnDone(NamedTuple):
 
     req_id: int
     error_code: int
+
+
+@message(714)
+class AddPartitionsRefused(NamedTuple):
+    """Coordinator -> handler: AddPartitionsToTxn refused for ``partitions`` (their code
+    ``error_code``); nothing was added, the request's other partitions were not tried
+    (Kafka answers them OPERATION_NOT_ATTEMPTED)."""
+
+    req_id: int
+    error_code: int
+    partitions: list[TxnTopicPartition]
 
 
 @message(707)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from loguru import logger
 
 from actors.core.metadata_cache import MetadataCache
+from actors.core.topic_config import internal_partition_count
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
@@ -234,6 +235,13 @@ class HandlerContext:
     def partition_count(self, topic: str) -> int | None:
         entry = self.topics.get(topic)
         return None if entry is None else entry.num_partitions
+
+    def internal_partitions(self, topic: str) -> int:
+        """How many partitions an internal topic's ids map over: those it has (the cluster's
+        metadata, or this node's table), the config's while it has none."""
+        found = (self.cluster.whole_partition_count(topic) if self.cluster is not None
+                 else self.partition_count(topic))
+        return internal_partition_count(topic, found, self.config)
 
     def not_leader(self, topic: str, partition: int) -> bool:
         """In a cluster: the metadata names another leader (or none) for this partition."""

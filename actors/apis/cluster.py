@@ -167,7 +167,7 @@ def group_coordinator(ctx: HandlerContext, group_id: str) -> tuple[int, int, str
     ``__consumer_offsets`` partition (Kafka's partitionFor), on the request's listener."""
     cache = ctx.cluster
     assert cache is not None
-    partition = partition_for(group_id, int(ctx.config["offsets.topic.num.partitions"]))
+    partition = partition_for(group_id, ctx.internal_partitions(OFFSETS_TOPIC))
     leader = cache.leader(OFFSETS_TOPIC, partition)
     found = cache.endpoint(leader, ctx.listener_name()) if leader != NO_LEADER else None
     if found is None:

@@ -19,6 +19,7 @@ from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.core.cluster_model import NO_LEADER
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.offsets_codec import partition_for as offsets_partition_for
+from actors.core.topic_config import INTERNAL_TOPICS
 from actors.core.transaction_log import STATUS_BY_NAME, TRANSACTION_STATE_TOPIC, partition_for
 from actors.security.acl import Operation, ResourceType
 from actors.transaction_coordinator import (
@@ -30,6 +31,7 @@ from wire.broker_messages import CreateTopicRow, CreateTopics, CreateTopicsDone
 from wire.errors import ErrorCode
 from wire.group_messages import OffsetCommitDone, OffsetCommitRow
 from wire.transaction_messages import (
+    AddPartitionsRefused,
     AddPartitionsToTxn,
     DescribeTxns,
     DescribeTxnsDone,
@@ -47,7 +49,8 @@ NONE = int(ErrorCode.NONE)
 
 
 def _coordinator(ctx: HandlerContext, transactional_id: str) -> Any:
-    return txn_coordinator_for(ctx.topology, ctx.config, transactional_id)
+    return txn_coordinator_for(ctx.topology, ctx.internal_partitions(TRANSACTION_STATE_TOPIC),
+                               transactional_id)
 
 
 # --------------------------------------------------------------- FindCoordinator
@@ -92,7 +95,7 @@ def transaction_coordinator(ctx: HandlerContext, transactional_id: str
         if own is None:
             return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), -1, "", -1
         return NONE, ctx.broker_id, own[0], own[1]
-    p = partition_for(transactional_id, int(ctx.config["transaction.state.log.num.partitions"]))
+    p = partition_for(transactional_id, ctx.internal_partitions(TRANSACTION_STATE_TOPIC))
     leader = cache.leader(TRANSACTION_STATE_TOPIC, p)
     found = cache.endpoint(leader, ctx.listener_name()) if leader != NO_LEADER else None
     if found is None:
@@ -137,32 +140,37 @@ def handle_add_partitions_to_txn(ctx: HandlerContext, header: Any, req: Any) -> 
     txn_denied = not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
     for t in req.v3_and_below_topics:
         count = ctx.partition_count(t.name)
-        topic_denied = not txn_denied and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC,
-                                                          t.name)
+        # Kafka authorizes no internal topic here (AddOffsetsToTxn adds __consumer_offsets)
+        topic_denied = not txn_denied and (
+            t.name in INTERNAL_TOPICS
+            or not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, t.name))
         for p in t.partitions:
             wanted.append((t.name, p))
             if txn_denied:
                 denied[(t.name, p)] = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             elif topic_denied:
                 denied[(t.name, p)] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-            if count is None or not 0 <= p < count:
+            elif count is None or not 0 <= p < count:
                 unknown.add((t.name, p))
-    if denied:  # Kafka: nothing added; the denied say why, the others were not tried
-        codes = {tp: denied.get(tp, int(ErrorCode.OPERATION_NOT_ATTEMPTED)) for tp in wanted}
-    elif unknown:
-        # Kafka: nothing is added; the unknown partitions say why, the others were not tried
-        codes = {tp: int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown
-                 else int(ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+    if txn_denied:  # Kafka: every partition says so
+        codes = denied
+    elif denied or unknown:
+        # Kafka: nothing is added; the denied and the unknown partitions say why, the
+        # others were not tried
+        codes = {tp: denied.get(tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown
+                                else int(ErrorCode.OPERATION_NOT_ATTEMPTED)) for tp in wanted}
     else:
-        done: TxnDone
+        done: TxnDone | AddPartitionsRefused
         [done] = yield [Call(_coordinator(ctx, txn_id), lambda rid: AddPartitionsToTxn(
             rid, txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
             [TxnTopicPartition(t, p) for t, p in wanted]))]
-        code = _fenced(done.error_code, header.api_version, 2)
-        # one code for all: a partition the coordinator's metadata lacks yet makes every
-        # partition UNKNOWN_TOPIC_OR_PARTITION, where Kafka gives the ones it knows
-        # OPERATION_NOT_ATTEMPTED; clients retry the whole request either way
-        codes = dict.fromkeys(wanted, code)
+        if isinstance(done, AddPartitionsRefused):
+            # partitions the coordinator's metadata lacks yet: as the handler's own check
+            refused = {(tp.topic, tp.partition) for tp in done.partitions}
+            codes = {tp: done.error_code if tp in refused
+                     else int(ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+        else:
+            codes = dict.fromkeys(wanted, _fenced(done.error_code, header.api_version, 2))
     by_topic: dict[str, list[dict[str, int]]] = {}
     for (topic, p), code in codes.items():
         by_topic.setdefault(topic, []).append({"partition_index": p,
@@ -172,7 +180,7 @@ def handle_add_partitions_to_txn(ctx: HandlerContext, header: Any, req: Any) -> 
 
 
 def handle_add_offsets_to_txn(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    partition = offsets_partition_for(req.group_id, int(ctx.config["offsets.topic.num.partitions"]))
+    partition = offsets_partition_for(req.group_id, ctx.internal_partitions(OFFSETS_TOPIC))
     done: TxnDone
     [done] = yield [Call(_coordinator(ctx, req.transactional_id), lambda rid: AddPartitionsToTxn(
         rid, req.transactional_id, req.producer_id, req.producer_epoch,

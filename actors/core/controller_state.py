@@ -142,6 +142,7 @@ from actors.core.replica_assignment import (
     validate_assignment,
 )
 from actors.core.topic_config import (
+    INTERNAL_TOPICS,
     UnifiedNameIndex,
     check_internal_growth,
     check_internal_partition_count,
@@ -629,6 +630,11 @@ class ControllerCore:
         return {t: self.topics[t].assignment.topic_id for t in sorted(set(topics))
                 if t in self.topics and self.topics[t].assignment.topic_id}
 
+    def _internal_counts_of(self, topics: Iterable[str]) -> dict[str, int]:
+        """How many partitions the internal ones of these topics are assigned."""
+        return {t: len(self.topics[t].assignment.partitions)
+                for t in sorted(set(topics) & INTERNAL_TOPICS) if t in self.topics}
+
     def _new_topic_id(self) -> str:
         """A random topic id, from the injected randomness (the simulator's seed decides
         it as every other choice)."""
@@ -702,7 +708,8 @@ class ControllerCore:
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), is_full,
                 brokers, rows, self._configs_of(r.topic for r in rows),
                 topic_ids=self._topic_ids_of(r.topic for r in rows),
-                deleted_topics=dict(self._um_deleted))))
+                deleted_topics=dict(self._um_deleted),
+                assigned_partitions=self._internal_counts_of(r.topic for r in rows))))
         return out
 
     def _flush_stop_replica(self) -> list[Effect]:

@@ -54,6 +54,8 @@ class MetadataCache:
     partitions: dict[str, dict[int, CachedPartition]] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topic_ids: dict[str, str] = field(default_factory=dict)
+    # internal topics -> the partitions they are assigned (the controller's count)
+    assigned: dict[str, int] = field(default_factory=dict)
     updates: int = 0
 
     def apply(self, update: UpdateMetadata) -> set[str]:
@@ -94,6 +96,12 @@ class MetadataCache:
         for topic in list(self.topic_ids):
             if topic not in self.partitions:
                 del self.topic_ids[topic]
+        for topic, count in update.assigned_partitions.items():
+            if topic in self.partitions:
+                self.assigned[topic] = count
+        for topic in list(self.assigned):
+            if topic not in self.partitions:
+                del self.assigned[topic]
         return touched
 
     def snapshot(self, broker_epoch: int) -> UpdateMetadata:
@@ -107,7 +115,8 @@ class MetadataCache:
         return UpdateMetadata(self.controller_id, self.controller_epoch, broker_epoch, True,
                               list(self.brokers.values()), rows,
                               {t: dict(c) for t, c in self.topic_configs.items()},
-                              topic_ids=dict(self.topic_ids))
+                              topic_ids=dict(self.topic_ids),
+                              assigned_partitions=dict(self.assigned))
 
     # ------------------------------------------------------------------ reads
     def topics(self) -> list[str]:
@@ -125,6 +134,23 @@ class MetadataCache:
         while n in parts:
             n += 1
         return n
+
+    def whole_partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has: the count the controller says it is assigned
+        (Kafka's partitionFor divides by the assignment's size, whether or not each
+        partition has a leader: a group on a partition left NEW gets
+        COORDINATOR_NOT_AVAILABLE, the others are served); without one, the partitions
+        held when they are 0..n-1, else 0 (a partition left NEW, with no replica alive when
+        it was made, is never in an UpdateMetadata): unknown, not the count below the gap.
+        None when the topic is not here. For the internal topics' counts, which ids map
+        over: a truncated one would send them to other partitions."""
+        parts = self.partitions.get(topic)
+        if not parts:
+            return None
+        if topic in self.assigned:
+            return self.assigned[topic]
+        n = max(parts) + 1
+        return n if len(parts) == n else 0
 
     def partition(self, topic: str, partition: int) -> CachedPartition | None:
         parts = self.partitions.get(topic)

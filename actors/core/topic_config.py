@@ -132,6 +132,14 @@ def internal_partition_counts(config: Any) -> dict[str, int]:
     return {topic: int(config[key]) for topic, key in INTERNAL_PARTITIONS_CONFIG.items()}
 
 
+def internal_partition_count(topic: str, found: int | None, config: Any) -> int:
+    """How many partitions ``topic``'s ids are mapped over (Kafka's partitionFor count, its
+    getGroupMetadataTopicPartitionCount): the partitions the topic has (``found``) once it
+    exists, the configured count only while it does not. A config changed between restarts
+    so never moves a group's offsets or a transactional id's state to another partition."""
+    return found if found else int(config[INTERNAL_PARTITIONS_CONFIG[topic]])
+
+
 def check_internal_partition_count(name: str, count: int, wanted: Mapping[str, int]) -> None:
     """A client's CreateTopics of an internal topic must give it the partition count its
     coordinator maps ids over (``wanted``: internal_partition_counts). Kafka (ZooKeeper

@@ -145,7 +145,8 @@ def test_a_transaction_coordinator_asks_again_for_its_topic(
         manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         handler: str, message: type | None) -> None:
     n = Node1(manual_node, tmp_path, monkeypatch, handler, message)
-    coordinator = txn_coordinator_for(n.topo, n.config, "app")
+    coordinator = txn_coordinator_for(
+        n.topo, int(n.config["transaction.state.log.num.partitions"]), "app")
     manual_node.spawn(TransactionCoordinator, coordinator.name, topology=n.topo,
                       config=n.config, index=0, clock=manual_node.clock)
     rid = iter(range(1, 100))
@@ -208,7 +209,8 @@ def test_a_late_answer_to_an_earlier_ask_is_not_taken_for_the_current_one(
                                         clock=manual_node.clock, wait_for_handlers=False)
         topic = OFFSETS_TOPIC
     else:
-        coordinator = txn_coordinator_for(topo, config, "app")
+        coordinator = txn_coordinator_for(
+            topo, int(config["transaction.state.log.num.partitions"]), "app")
         manual_node.spawn(TransactionCoordinator, coordinator.name, topology=topo,
                           config=config, index=0, clock=manual_node.clock, topic_exists=True)
         topic = TRANSACTION_STATE_TOPIC

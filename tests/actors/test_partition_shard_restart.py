@@ -1436,7 +1436,7 @@ def _last_word(node: Node, coordinator: Any, kind: str) -> tuple[list[Any], list
     said = _got(node, coordinator, kind)
     if not said:
         return [], []
-    elected, resigned = said[-1]
+    elected, resigned = said[-1][:2]  # (and the topic's partition count)
     return [tuple(r) for r in elected], list(resigned)
 
 

@@ -103,7 +103,8 @@ class Broker:
             node.stop_actor(self.topo.shard(0).name)
         node.spawn(ExistingTopicController, self.topo.controller.name)
         node.spawn(Probe, "probe")
-        self.coordinator = txn_coordinator_for(self.topo, self.config, "app")
+        self.coordinator = txn_coordinator_for(
+            self.topo, int(self.config["transaction.state.log.num.partitions"]), "app")
         node.spawn(TransactionCoordinator, self.coordinator.name, topology=self.topo,
                    config=self.config, index=0, clock=node.clock, topic_exists=True)
         if shard_up:

@@ -84,11 +84,12 @@ def _start(node: Node, shard: type[FakeShard]) -> tuple[Topology, Address, int, 
     node.spawn(Probe, "probe")
     coordinator = node.spawn(TransactionCoordinator, txn_coordinator_name(0), topology=topo,
                              config=config, index=0, clock=node.clock, cluster=True)
-    assert coordinator == txn_coordinator_for(topo, config, "app")
+    assert coordinator == txn_coordinator_for(
+        topo, int(config["transaction.state.log.num.partitions"]), "app")
     node.tell(coordinator, UpdateMetadata(
         1, 1, 1, True, [BrokerRow(1, 1, node.name, None, [])],
         [_partition(TRANSACTION_STATE_TOPIC, 0), _partition("t", 0)], {}))
-    node.tell(coordinator, TxnCoordinatorPartitions([TxnPartitionRow(0, 0)], []))
+    node.tell(coordinator, TxnCoordinatorPartitions([TxnPartitionRow(0, 0)], [], 1))
     wait_for(lambda: node.ask(coordinator, GetStats())["loaded_partitions"] == [0] or None,
              "the load")
     node.tell(coordinator, InitTxnProducer(1, "app", 60000, -1, -1), sender="probe")
@@ -162,7 +163,7 @@ def test_a_partition_the_coordinators_metadata_lacks_yet_is_not_added(
     node = manual_node
     topo, coordinator, pid, epoch = _start(node, FakeShard)
     assert _state(node, coordinator) == {"app": "CompleteCommit"}
-    assert _add(node, coordinator, 4, pid, epoch, "u") == [4, UNKNOWN_TP]
+    assert _add(node, coordinator, 4, pid, epoch, "u") == [4, UNKNOWN_TP, [["u", 0]]]
     node.tell(coordinator, UpdateMetadata(
         1, 1, 1, False, [BrokerRow(1, 1, node.name, None, [])], [_partition("u", 0)], {}))
     assert _add(node, coordinator, 5, pid, epoch, "u") == [5, 0]
@@ -245,3 +246,19 @@ def test_a_group_offsets_partition_past_the_topics_count_is_dropped(
     assert _state(node, coordinator) == {"app": "CompleteCommit"}
     assert [OFFSETS_TOPIC, 3, epoch, True] not in node.ask(topo.shard(0),
                                                            GetStats())["markers"]
+
+
+def test_add_partitions_refuses_only_the_partitions_its_metadata_lacks(
+        manual_node: Node) -> None:
+    """A partition not yet in the coordinator's metadata (a topic just made) is refused
+    UNKNOWN_TOPIC_OR_PARTITION by name, so the handler answers the others
+    OPERATION_NOT_ATTEMPTED as Kafka's KafkaApis, not the same code on every partition."""
+    node = manual_node
+    _topo, coordinator, producer_id, epoch = _start(node, UnknownFirstShard)
+    node.tell(coordinator, AddPartitionsToTxn(4, "app", producer_id, epoch,
+                                              [TxnTopicPartition("t", 0),
+                                               TxnTopicPartition("u", 0)]), sender="probe")
+    node.quiesce()
+    answer = probe_answers(node)[3]
+    assert answer[:2] == [4, UNKNOWN_TP]
+    assert len(answer) == 3 and [tuple(tp) for tp in answer[2]] == [("u", 0)], answer

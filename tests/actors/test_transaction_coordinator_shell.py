@@ -45,6 +45,7 @@ from wire.broker_messages import (
 )
 from wire.errors import ErrorCode
 from wire.transaction_messages import (
+    AddPartitionsRefused,
     AddPartitionsToTxn,
     EndTxn,
     InitTxnProducer,
@@ -107,7 +108,7 @@ class Probe(Actor):
     def setup(self) -> None:
         self.answers: list[Any] = []
 
-    @handles(InitTxnProducerDone, TxnDone)
+    @handles(InitTxnProducerDone, TxnDone, AddPartitionsRefused)
     def on_answer(self, msg: Any) -> None:
         self.answers.append(msg)
 
@@ -163,7 +164,8 @@ def start(node: Node, shard: type[FakeShard] = FakeShard) -> tuple[Topology, Con
     node.spawn(Probe, "probe")
     node.spawn(TransactionCoordinator, "txn-coordinator-0", topology=topo, config=config,
                index=0)
-    return topo, config, txn_coordinator_for(topo, config, "app")
+    return topo, config, txn_coordinator_for(
+        topo, int(config["transaction.state.log.num.partitions"]), "app")
 
 
 def probe_answers(node: Node) -> list[Any]:

@@ -524,3 +524,31 @@ def test_the_epoch_an_abort_marker_bumped_still_fences_after_a_restart(
     finally:
         if b.proc is not None and b.proc.poll() is None:
             b.stop()
+
+
+def test_add_partitions_refusal_names_the_refused_partitions_only(
+        txn_broker: BrokerProcess) -> None:
+    """As Kafka's handleAddPartitionToTxnRequest: an internal topic is never authorized
+    there (TOPIC_AUTHORIZATION_FAILED; AddOffsetsToTxn adds __consumer_offsets), an unknown
+    partition is UNKNOWN_TOPIC_OR_PARTITION, and the request's other partitions were not
+    tried (OPERATION_NOT_ATTEMPTED); nothing is added."""
+    bs = txn_broker.bootstrap
+    create_topic(bs, "t-refusals")
+    consumer = Consumer({"bootstrap.servers": bs, "group.id": "g-refusals"})
+    try:  # a group's FindCoordinator makes __consumer_offsets
+        consumer.committed([TopicPartition("t-refusals", 0)], timeout=30)
+    finally:
+        consumer.close()
+    with RawClient(txn_broker.port) as raw:
+        init = _init_producer_id(raw, "refusals")
+        added = raw.call(ADD_PARTITIONS_TO_TXN, 3, {
+            "v3_and_below_transactional_id": "refusals",
+            "v3_and_below_producer_id": init.producer_id,
+            "v3_and_below_producer_epoch": init.producer_epoch,
+            "v3_and_below_topics": [{"name": "t-refusals", "partitions": [0, 7]},
+                                    {"name": "__consumer_offsets", "partitions": [0]}]})
+        codes = {(t.name, r.partition_index): r.partition_error_code
+                 for t in added.results_by_topic_v3_and_below for r in t.results_by_partition}
+        assert codes == {("t-refusals", 0): 55,          # OPERATION_NOT_ATTEMPTED
+                         ("t-refusals", 7): 3,           # UNKNOWN_TOPIC_OR_PARTITION
+                         ("__consumer_offsets", 0): 29}  # TOPIC_AUTHORIZATION_FAILED

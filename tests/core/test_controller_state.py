@@ -1498,7 +1498,15 @@ def test_the_controller_keeps_the_internal_topics_rules() -> None:
     assert "offsets.topic.num.partitions=3" in str(wrong.topics[0].message)
     clash = create(c, "__transaction.state", 1, 1)
     assert codes(clash) == [ErrorCode.INVALID_TOPIC_EXCEPTION]
+    mark = len(c.controller.sent)
     assert codes(create(c, "__consumer_offsets", 3, 1)) == [0]
+    # the nodes learn how many partitions it is assigned (a partition left NEW is in no
+    # row); a user's topic is not counted there
+    sent = [m for _, m in update_metadata(c.controller, mark)]
+    assert sent and all(m.assigned_partitions == {"__consumer_offsets": 3} for m in sent)
+    mark = len(c.controller.sent)
+    assert codes(create(c, "user-topic", 2, 1)) == [0]
+    assert all(m.assigned_partitions == {} for _, m in update_metadata(c.controller, mark))
     grow = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("__consumer_offsets", 6),)))
     assert codes(grow) == [ErrorCode.INVALID_PARTITIONS]
     assert len(c.assignment("__consumer_offsets")) == 3
@@ -1506,7 +1514,7 @@ def test_the_controller_keeps_the_internal_topics_rules() -> None:
     own = c.request(lambda rid: CreateTopics(rid, (NewTopic(
         "__transaction_state", 4, 1, internal=True),)))
     assert codes(own) == [0]
-    assert c.reader.get_topics() == {"__consumer_offsets", "__transaction_state"}
+    assert c.reader.get_topics() == {"__consumer_offsets", "__transaction_state", "user-topic"}
 
 
 def test_a_collision_is_checked_after_the_counts_and_against_a_topic_being_deleted() -> None:

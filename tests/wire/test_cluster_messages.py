@@ -152,8 +152,8 @@ def test_every_row_field_is_typed_for_the_registry() -> None:
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        ([1, 7, 0, True, [], [], {}, 0, {}], "UpdateMetadata needs 10 fields, got 9"),
-        ([1, 7, 0, "yes", [], [], {}, 0, {}, {}], "UpdateMetadata.full must be bool, got str"),
+        ([1, 7, 0, True, [], [], {}, 0, {}], "UpdateMetadata needs 11 fields, got 9"),
+        ([1, 7, 0, "yes", [], [], {}, 0, {}, {}, {}], "UpdateMetadata.full must be bool, got str"),
     ],
 )
 def test_wrong_shapes_are_refused(body: list[Any], error: str) -> None:

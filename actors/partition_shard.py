@@ -2265,8 +2265,7 @@ class PartitionShard(Actor):
     def _propose(self, state: PartitionState, proposal: Any, kind: str) -> None:
         state.propose(proposal)
         log = state.log
-        n = state.resends_in_row
-        if n & (n - 1) == 0:  # a resend logged at the 1st, 2nd, 4th... in a row
+        if state.resends_in_row == 0:  # a resend's one line is on_isr_updated's
             self.log.info("{}-{}: proposing ISR {} (was {}, {}) at leader epoch {}, partition "
                           "epoch {}", log.topic, log.partition, list(proposal.new_isr),
                           sorted(state.isr), kind, proposal.leader_epoch,

@@ -618,7 +618,9 @@ class PartitionShard(Actor):
         if self.resends and (now >= self.next_resend_ms
                              or self.next_resend_ms - now > PROPOSAL_RETRY_MS):
             self._resend_proposals(now)
-        if now < self.next_housekeeping_ms:
+        # the wall clock stepped back: a check is not put off by the step's size (as
+        # _resend_proposals)
+        if now < self.next_housekeeping_ms and self.next_housekeeping_ms - now <= 1000:
             return
         self.next_housekeeping_ms = now + 1000
         if self.undeleted or self.set_aside_left:
@@ -627,7 +629,8 @@ class PartitionShard(Actor):
             self._retry_topic_ids()
         for state in self.partitions.values():
             state.log.maybe_flush(now)
-        if now >= self.next_producer_expiry_ms:
+        if (now >= self.next_producer_expiry_ms
+                or self.next_producer_expiry_ms - now > self.producer_expiry_check_ms):
             self.next_producer_expiry_ms = now + self.producer_expiry_check_ms
             expired = partitions = 0
             for state in self.partitions.values():

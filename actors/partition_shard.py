@@ -618,7 +618,9 @@ class PartitionShard(Actor):
         if self.resends and (now >= self.next_resend_ms
                              or self.next_resend_ms - now > PROPOSAL_RETRY_MS):
             self._resend_proposals(now)
-        if now < self.next_housekeeping_ms:
+        # the wall clock stepped back: a check is not put off by the step's size (as
+        # _resend_proposals)
+        if now < self.next_housekeeping_ms and self.next_housekeeping_ms - now <= 1000:
             return
         self.next_housekeeping_ms = now + 1000
         if self.undeleted or self.set_aside_left:
@@ -627,7 +629,8 @@ class PartitionShard(Actor):
             self._retry_topic_ids()
         for state in self.partitions.values():
             state.log.maybe_flush(now)
-        if now >= self.next_producer_expiry_ms:
+        if (now >= self.next_producer_expiry_ms
+                or self.next_producer_expiry_ms - now > self.producer_expiry_check_ms):
             self.next_producer_expiry_ms = now + self.producer_expiry_check_ms
             expired = partitions = 0
             for state in self.partitions.values():
@@ -2265,8 +2268,7 @@ class PartitionShard(Actor):
     def _propose(self, state: PartitionState, proposal: Any, kind: str) -> None:
         state.propose(proposal)
         log = state.log
-        n = state.resends_in_row
-        if n & (n - 1) == 0:  # a resend logged at the 1st, 2nd, 4th... in a row
+        if state.resends_in_row == 0:  # a resend's one line is on_isr_updated's
             self.log.info("{}-{}: proposing ISR {} (was {}, {}) at leader epoch {}, partition "
                           "epoch {}", log.topic, log.partition, list(proposal.new_isr),
                           sorted(state.isr), kind, proposal.leader_epoch,

@@ -76,6 +76,7 @@ from actors.core.file_regions import close_region, close_regions
 from actors.metrics import error_codes
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
+from actors.runtime.node import Node
 from actors.runtime.scheduling import apply_to_worker_loop
 from wire import kafka_codec as kc
 from wire.admin_messages import (
@@ -282,18 +283,19 @@ def _warning_interval_ns() -> int:
     return (int(ms) if ms.isdigit() else 60_000) * 1_000_000
 
 
-_process_limiters: dict[tuple[str, str], WarningLimiter] = {}
 _process_limiters_lock = threading.Lock()
 
 
-def process_limiter(kind: str, node: str) -> WarningLimiter:
-    """The process's one limiter of ``kind`` for broker ``node``, shared by that node's
-    request handlers: the lines an interval do not grow with num.io.threads. By node too:
-    the nodes of one Python process (the simulation, in-process tests) each have theirs."""
+def process_limiter(kind: str, node: Node) -> WarningLimiter:
+    """The process's one limiter of ``kind`` for ``node``, shared by that node's request
+    handlers: the lines an interval do not grow with num.io.threads. Kept on the node
+    object: the nodes of one Python process (the simulation, in-process tests) each have
+    theirs, and a node started again (a restart, the simulation's next seed, whose clock
+    starts from 0 again) has fresh ones, not its predecessor's next-log times."""
     with _process_limiters_lock:
-        limiter = _process_limiters.get((kind, node))
+        limiter = node.limiters.get(kind)
         if limiter is None:
-            limiter = _process_limiters[kind, node] = WarningLimiter(_warning_interval_ns())
+            limiter = node.limiters[kind] = WarningLimiter(_warning_interval_ns())
         return limiter
 
 
@@ -362,10 +364,10 @@ class RequestHandler(Actor):
         self.requests = 0
         # by (api key, version, client id): one line a minute a process, with the count
         # held back
-        self.unsupported_warnings = process_limiter("unsupported_version", self.node.name)
+        self.unsupported_warnings = process_limiter("unsupported_version", self.node)
         # by API and exception site (_failure_site): an API that fails on every request
         # of a flood logs its traceback once, then one line a minute with the count
-        self.failure_warnings = process_limiter("api_failure", self.node.name)
+        self.failure_warnings = process_limiter("api_failure", self.node)
         # connections this handler closed; all of a connection's requests come
         # here in order, so later ones are recognised (bounded, oldest dropped)
         self.closed_conns: dict[int, None] = {}

@@ -898,12 +898,19 @@ class PartitionLog:
         entries, self._staged_entries = self._staged_entries, []
         if error is None:
             return
+        lost_ms: dict[int, int] = {}  # producer id -> its lost batches' latest timestamp
         for entry in reversed(entries):  # the staged batches' sequences were never written
             if entry.batches:
-                entry.batches.pop()
+                lost = entry.batches.pop()
+                pid = entry.producer_id
+                lost_ms[pid] = max(lost_ms.get(pid, -1), lost.timestamp_ms)
                 # the written batches it held before them were pushed out of its five:
                 # its last sequence is unknown now (not an epoch a marker brought)
                 entry.sequence_lost = not entry.batches
+                if entry.sequence_lost:
+                    # dated by its lost batches, or it would expire at the next check
+                    # and with it the epoch fence it holds against an older-epoch zombie
+                    entry.marker_timestamp = max(entry.marker_timestamp, lost_ms[pid])
         if self._high_watermark > self.log_end_offset:
             self._high_watermark = self.log_end_offset
         self._hw_metadata = None

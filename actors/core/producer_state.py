@@ -74,12 +74,14 @@ class ProducerStateEntry:
     # entry with no batch: this offset keeps it until retention passes the marker.
     marker_offset: int = -1
     # That marker's timestamp (its batch's max timestamp, as written): with the last
-    # batch's, what producer.id.expiration.ms measures from.
+    # batch's, what producer.id.expiration.ms measures from. An entry whose batches a
+    # failed group commit took back (sequence_lost) has the lost batches' latest here.
     marker_timestamp: int = -1
     # A failed group commit took back every batch the entry held (partition_log's
     # _staged_written): its last sequence is lost, so any goes on from it, as for a
     # producer with no state. An entry with no batch otherwise has an epoch a marker
     # brought, whose first batch must be 0. The next batch recorded clears it.
+    # Only ever True with no batches, so the C fast path (it needs batches) never takes it.
     sequence_lost: bool = False
 
     @property

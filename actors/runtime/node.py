@@ -174,6 +174,10 @@ class Node:
         self._order: list[str] = []
         self.dead_letters = DeadLetters(name, self.clock)
         self.metrics = Counters()
+        # Log-line limiters the actors of this node share (actors.request_handler
+        # .process_limiter), by kind: one set per node object, so a restarted node or the
+        # next seed of a simulation (same names, its clock from 0) starts afresh
+        self.limiters: dict[str, Any] = {}
         self.tracer = Tracer(
             name, (data_dir / "traces") if data_dir is not None else None, trace_sample_ratio,
             clock=self.clock,

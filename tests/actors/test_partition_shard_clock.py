@@ -71,3 +71,42 @@ def test_retention_runs_on_the_injected_wall_clock(manual_node: Node, manual_clo
     node.quiesce()
     assert offsets() == [2, 2, 2]
     assert clock.now_ms() == 30_000  # the monotonic reading never moved
+
+
+def test_a_wall_clock_stepped_back_does_not_put_off_the_producer_expiry_check(
+        manual_node: Node, manual_clock: ManualClock, tmp_path: Path) -> None:
+    """Producer 7 wrote at WALL_MS; producer.id.expiration.ms and the check's interval are
+    ten minutes. The shard starts 5 min later (next check at +15 min); the wall steps back
+    100 s. At +13:20 (past the expiration, a check interval after the step) the producer
+    is gone: the step did not put the check off to +15 min."""
+    node, clock = manual_node, manual_clock
+    config = Config({"producer.id.expiration.ms": 600_000,
+                     "producer.id.expiration.check.interval.ms": 600_000})
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    log = PartitionLog.open(log_dir.partition_path("t", 0), "t", 0, log_config_for(config, {}),
+                            WALL_MS)
+    log.append_as_leader(build_batch([b"a"], timestamps_ms=[WALL_MS], producer_id=7,
+                                     producer_epoch=0, base_sequence=0), 0, WALL_MS)
+    log.close(WALL_MS)
+    log_dir.high_watermarks[("t", 0)] = 1
+    log_dir.recovery_points[("t", 0)] = 1
+    clock.set_wall_ms(WALL_MS + 300_000)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=config,
+                       log_dir=log_dir, topics={"t": TopicEntry(1, {})}, broker_id=1,
+                       clock=clock)
+    node.ask(shard, GetStats())
+
+    def producers() -> set[int]:
+        node.run_turns()
+        node.quiesce()
+        node.ask(shard, GetStats())
+        actor: Any = node.actors[shard.name]
+        return set(actor.partitions[("t", 0)].log.producer_state.producers)
+
+    assert producers() == {7}
+    clock.set_wall_ms(WALL_MS + 200_000)  # 100 s back
+    assert producers() == {7}
+    clock.set_wall_ms(WALL_MS + 800_000)
+    assert producers() == set()

@@ -722,11 +722,19 @@ def test_a_leader_whose_change_was_refused_as_not_leader_leads_on_and_sends_it_a
     broker 2, which the controller may yet have in the ISR), and sends it again."""
     c = _cluster(node, tmp_path, [1])
     alter = _expansion_proposed(c)
-    _answer(c, alter, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1)
-    again = wait_for(lambda: _got(node, c.controller, "AlterPartition")[1:],
-                     "the proposal sent again")
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="INFO",
+                      filter=lambda r: "c-0: " in r["message"])
+    try:
+        _answer(c, alter, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1)
+        again = wait_for(lambda: _got(node, c.controller, "AlterPartition")[1:],
+                         "the proposal sent again")
+    finally:
+        logger.remove(sink)
     assert [tuple(i) for i in again[0][3]] == [("c", 0, 3, [1, 2], 4)]
     assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    # the resend is one line (the answer's), not that and a "proposing ISR" line
+    assert len(lines) == 1 and "not confirmed" in lines[0], lines
     _acks_all_waits_for_broker_2(c)
     _answer(c, again[0], NONE, [1, 2], 5)
     wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}, "ISR [1, 2]")

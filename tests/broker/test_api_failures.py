@@ -190,12 +190,31 @@ def test_a_failure_site_is_per_api_and_names_actorlogs_own_innermost_line() -> N
 
 def test_the_process_limiters_are_per_node() -> None:
     """The nodes of one Python process (the simulation, in-process tests) do not share
-    a limiter; the request handlers of one node do."""
-    from actors.request_handler import process_limiter
+    a limiter; the request handlers of one node do; a node made again under the same
+    name (a restart, the simulation's next seed with its clock from 0) starts with
+    fresh limiters, not its predecessor's next-log times."""
+    import zmq
 
-    assert process_limiter("api_failure", "node-a") is process_limiter("api_failure", "node-a")
-    assert process_limiter("api_failure", "node-a") is not process_limiter("api_failure",
-                                                                            "node-b")
+    from actors.request_handler import process_limiter
+    from actors.runtime.node import Node
+
+    context = zmq.Context()
+    try:
+        first = Node("node-a", context=context)
+        other = Node("node-b", context=context)
+        limiter = process_limiter("api_failure", first)
+        assert limiter is process_limiter("api_failure", first)
+        assert first.limiters["api_failure"] is limiter  # kept on the node object
+        assert limiter is not process_limiter("api_failure", other)
+        assert limiter is not process_limiter("unsupported_version", first)
+        assert limiter.admit(("api", "site"), 0) is not None
+        assert limiter.admit(("api", "site"), 1) is None  # held back within the interval
+        again = Node("node-a", context=context)
+        fresh = process_limiter("api_failure", again)
+        assert fresh is not limiter
+        assert fresh.admit(("api", "site"), 1) is not None
+    finally:
+        context.term()
 
 
 def _describe_configs_frame() -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -336,6 +337,36 @@ def test_a_lost_sequence_is_kept_in_the_snapshot() -> None:
         with pytest.raises(OutOfOrderSequenceError):
             manager.check_batches(check_batches(batch(6, pid=9, epoch=1)))
         manager.check_batches(check_batches(batch(0, pid=9, epoch=1)))
+
+
+def test_a_lost_sequence_expires_from_its_lost_batches_not_at_the_next_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed group commit takes back the five batches producer 7 (epoch 3) had
+    staged, which had pushed its written one out of its entry: the entry keeps the
+    epoch, fencing an older one, until a full expiration after the latest lost batch,
+    in memory and through a snapshot; not at the next check as an undated entry would."""
+    log = expiring(tmp_path / "t-0", T - 100)
+    log.append_as_leader(stamped(0, T - 100, epoch=3), 0, T - 100)
+    for seq in range(1, 6):
+        log.append_as_leader(stamped(seq, T - 50 + 10 * seq, epoch=3), 0, T, defer=True)
+    real = os.writev
+
+    def full(fd: int, pieces: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "writev", full)
+    assert log.commit() is not None
+    monkeypatch.setattr(os, "writev", real)
+    entry = log.producer_state.producers[7]
+    assert entry.sequence_lost and not entry.batches and entry.last_timestamp == T
+    copy = ProducerStateManager.from_json(log.producer_state.to_json(), 0, T)
+    assert copy.producers[7].last_timestamp == T
+    assert log.remove_expired_producers(T + EXPIRATION_MS - 1) == []
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(stamped(0, T, epoch=2), 0, T)
+    assert log.remove_expired_producers(T + EXPIRATION_MS) == [7]
+    assert copy.remove_expired(T + EXPIRATION_MS - 1, EXPIRATION_MS) == []
+    log.close(T)
 
 
 def test_a_clean_close_with_every_producer_expired_writes_an_empty_snapshot(

@@ -5,6 +5,7 @@ writes it, and a restart reads back the same id (no 'belongs to cluster' refusal
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,12 +38,10 @@ def test_a_cluster_id_with_a_backslash_and_non_ascii_chars_survives_a_restart(
     assert "belongs to cluster" not in node.log()
 
 
-def test_a_meta_properties_an_older_actorlog_wrote_keeps_its_cluster_id(
-        cluster_factory: Any, zk_connect: str) -> None:
-    """An older actorlog wrote the id raw in UTF-8 (a backslash unescaped), which Java's
-    ISO-8859-1 reading turns into another id: the node keeps the older id (ZooKeeper's),
-    rewrites the file in Java's form and says so once."""
-    cluster_id = "clüster\\id-é"
+def _restarted_over_an_older_file(cluster_factory: Any, zk_connect: str,
+                                  cluster_id: str) -> tuple[Any, Path]:
+    """A one-node cluster whose ZooKeeper holds ``cluster_id``, restarted over the
+    meta.properties an older actorlog wrote (the id raw in UTF-8)."""
     zk = KazooClient(hosts=zk_connect)
     zk.start(timeout=15)
     try:
@@ -57,6 +56,16 @@ def test_a_meta_properties_an_older_actorlog_wrote_keeps_its_cluster_id(
     path = node.data_dir / "meta.properties"
     path.write_bytes(f"version=0\nbroker.id=1\ncluster.id={cluster_id}\n".encode())
     node.start()
+    return node, path
+
+
+def test_a_meta_properties_an_older_actorlog_wrote_keeps_its_cluster_id(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """An older actorlog wrote the id raw in UTF-8 (a backslash unescaped), which Java's
+    ISO-8859-1 reading turns into another id: the node keeps the older id (ZooKeeper's),
+    rewrites the file in Java's form and says so once."""
+    cluster_id = "clüster\\id-é"
+    node, path = _restarted_over_an_older_file(cluster_factory, zk_connect, cluster_id)
     assert node.metadata().cluster_id == cluster_id
     meta = path.read_bytes()
     assert meta.isascii() and read_properties(meta.decode())["cluster.id"] == cluster_id
@@ -69,20 +78,7 @@ def test_zookeeper_s_id_decides_among_the_readings_of_an_older_file(
     reads as Java's escape (one backslash), but ZooKeeper holds the raw reading; the node
     takes that one, and only then rewrites the file (not refused 'belongs to cluster')."""
     cluster_id = "a\\\\b"
-    zk = KazooClient(hosts=zk_connect)
-    zk.start(timeout=15)
-    try:
-        zk.create("/cluster/id", json.dumps({"version": "1", "id": cluster_id}).encode(),
-                  makepath=True)
-    finally:
-        zk.stop()
-        zk.close()
-    cluster = cluster_factory(size=1)
-    node = cluster.nodes[1]
-    assert node.stop() == 0, node.log()[-3000:]
-    path = node.data_dir / "meta.properties"
-    path.write_bytes(f"version=0\nbroker.id=1\ncluster.id={cluster_id}\n".encode())
-    node.start()
+    node, path = _restarted_over_an_older_file(cluster_factory, zk_connect, cluster_id)
     assert node.metadata().cluster_id == cluster_id
     assert "belongs to cluster" not in node.log()
     assert read_properties(path.read_bytes().decode())["cluster.id"] == cluster_id

@@ -612,14 +612,16 @@ class PartitionShard(Actor):
         now = self._wall_ns() // 1_000_000
         if self.pending_deletes:
             self._settle_deletes(now)
-        if now >= self.next_isr_check_ms:
+        # the wall clock stepped back: a check is not put off by the step's size (as
+        # _resend_proposals)
+        if (now >= self.next_isr_check_ms
+                or self.next_isr_check_ms - now > self.isr_check_ms):
             self.next_isr_check_ms = now + self.isr_check_ms
             self._maybe_shrink_isr(now)
         if self.resends and (now >= self.next_resend_ms
                              or self.next_resend_ms - now > PROPOSAL_RETRY_MS):
             self._resend_proposals(now)
-        # the wall clock stepped back: a check is not put off by the step's size (as
-        # _resend_proposals)
+        # (stepped back: as the ISR check)
         if now < self.next_housekeeping_ms and self.next_housekeeping_ms - now <= 1000:
             return
         self.next_housekeeping_ms = now + 1000

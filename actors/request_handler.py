@@ -481,7 +481,6 @@ class RequestHandler(Actor):
                 _close_reply_regions(replies)
                 self._answer_internal_failure(state, exc)
                 return
-            self.node.metrics.incr("requests_failed")
             _close_reply_regions(replies)
             state.local_ns += self._monotonic_ns() - t0
             code = int(exc.code) if isinstance(exc, KafkaError) else None
@@ -542,9 +541,6 @@ class RequestHandler(Actor):
         frame = b""
         regions: list[RegionAt] = []
         if respond.respond:
-            codes = respond.error_codes
-            self._count_errors(state.header.api_key,
-                               error_codes(respond.data) if codes is None else codes)
             try:
                 hot = kc.encode_hot_response(state.header, respond.data)
                 if hot is not None:  # Produce and Fetch; Fetch records as file regions
@@ -559,6 +555,11 @@ class RequestHandler(Actor):
                 self._answer_failure(state, exc, "response cannot be encoded", None,
                                      close=respond.close)
                 return
+            # counted once written: an answer that cannot be, is counted by the error
+            # answer sent in its place
+            codes = respond.error_codes
+            self._count_errors(state.header.api_key,
+                               error_codes(respond.data) if codes is None else codes)
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
                    state.local_ns, state.remote_ns, regions)
 
@@ -569,7 +570,9 @@ class RequestHandler(Actor):
         KafkaApis.handle answers a failure (requestHelper.handleError): the request's
         error response, every item it named the exception's code (UNKNOWN_SERVER_ERROR
         for any but a KafkaError); the connection is closed only for an API whose answer
-        has no error to carry (as Kafka's sendErrorOrCloseConnection)."""
+        has no error to carry (as Kafka's sendErrorOrCloseConnection). Either way counted
+        in requests_failed, and in the error rates by the code of the answer sent."""
+        self.node.metrics.incr("requests_failed")
         header = state.header
         unknown = int(ErrorCode.UNKNOWN_SERVER_ERROR)
         code = unknown if code is None else code

@@ -266,7 +266,8 @@ class ProducerStateManager:
         entry's marker just below the snapshot (where it was at the latest); one written
         before their timestamps were kept dates a marker at the snapshot's writing (the
         latest it can be). One written before a lost sequence was kept ("lost") has the
-        lost entry as one with neither a batch nor a marker."""
+        lost entry as one with neither a batch nor a marker; a lost entry undated (written
+        before it was dated by its lost batches) is dated at the snapshot's writing."""
         manager = cls()
         for pid_text, value in json.loads(raw).items():
             pid = int(pid_text)
@@ -275,12 +276,17 @@ class ProducerStateManager:
             epoch = int(value["epoch"])
             marker = int(value.get("marker", -1 if value["batches"] else snapshot_offset - 1))
             marker_ts = int(value.get("marker_ts", written_ms))
+            lost = bool(value.get("lost", not value["batches"] and marker < 0))
+            if lost and marker_ts < 0:
+                # written before a lost entry was dated by its lost batches: dated at the
+                # snapshot's writing, or it would expire at the first check
+                marker_ts = written_ms
             for first_seq, last_seq, first_offset, last_offset, ts in value["batches"]:
                 manager.update(pid, epoch,
                                BatchMetadata(first_seq, last_seq, first_offset, last_offset, ts))
             if epoch >= 0 and (marker >= 0 or not value["batches"]):
                 manager.update_marker(pid, epoch, marker, marker_ts)
-            if epoch >= 0 and value.get("lost", not value["batches"] and marker < 0):
+            if epoch >= 0 and lost:
                 manager.producers[pid].sequence_lost = True
         return manager
 

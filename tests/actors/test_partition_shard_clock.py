@@ -22,6 +22,7 @@ from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
+from tests.actors.test_partition_shard_restart import _alters, _cluster, _got
 from wire.broker_messages import GetStats, TopicEntry
 
 WALL_MS = 1_700_000_000_000
@@ -110,3 +111,27 @@ def test_a_wall_clock_stepped_back_does_not_put_off_the_producer_expiry_check(
     assert producers() == {7}
     clock.set_wall_ms(WALL_MS + 800_000)
     assert producers() == set()
+
+
+def test_a_wall_clock_stepped_back_does_not_put_off_the_isr_check(
+        manual_node: Node, tmp_path: Path) -> None:
+    """c-0's follower 2 never fetches (caught up as of the lead, at WALL_MS);
+    replica.lag.time.max.ms is 30 s, the ISR check every 15 s. At +20 s a check leaves the
+    ISR as it is (next at +35 s); the wall steps back 4 s. At +31 s (past the lag, a check
+    interval after the step) the leader proposes to leave 2 out: the step did not put the
+    check off to +35 s."""
+    node = manual_node
+    c = _cluster(node, tmp_path, [1, 2])
+    lag_ms = int(Config()["replica.lag.time.max.ms"])
+    assert lag_ms == 30_000
+    clock = node.clock
+    assert isinstance(clock, ManualClock)
+    clock.set_wall_ms(WALL_MS + 20_000)
+    node.advance_clock(0)
+    assert _got(node, c.controller, "AlterPartition") == []
+    clock.set_wall_ms(WALL_MS + 16_000)  # 4 s back
+    node.advance_clock(0)
+    clock.set_wall_ms(WALL_MS + 31_000)
+    node.advance_clock(0)
+    [alter] = _alters(c, 1)
+    assert [tuple(i) for i in alter[3]] == [("c", 0, 3, [1], 4)]

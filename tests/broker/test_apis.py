@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,8 @@ from tests.broker.rawclient import (
     read_records,
     record_batch,
 )
-from tests.fixtures.broker import BrokerProcess
+from tests.broker.test_metrics import scrape
+from tests.fixtures.broker import BrokerProcess, free_port
 from tests.fixtures.waiting import wait_for
 from wire.errors import ErrorCode
 
@@ -776,6 +778,36 @@ def test_an_answer_the_codec_cannot_write_is_unknown_server_error_not_a_close(
                 ErrorCode.UNKNOWN_SERVER_ERROR, None), version
     # the connection still serves
     assert metadata(client, [topic], auto=False)[topic].error_code == 0  # type: ignore[attr-defined]
+
+
+def test_an_answer_the_codec_cannot_write_is_counted_once_as_the_answer_sent(
+        tmp_path: Path) -> None:
+    """The error rates count the codes of the answer sent, once: AlterConfigs v0 with the
+    long config name is answered UNKNOWN_SERVER_ERROR, counted so and as a failed request
+    (as an API that raises), not also as the INVALID_CONFIG it could not write. v2 writes
+    INVALID_CONFIG: counted so, not failed."""
+    metrics_port = free_port()
+    broker = BrokerProcess(tmp_path / "data", config={"metrics.port": metrics_port}).start()
+    try:
+        with RawClient(broker.port) as client:
+            topic = name("enc")
+            assert client.create_topic(topic, 1) == 0
+            for version in (0, 2):
+                response = client.call(ALTER_CONFIGS, version, {"resources": [{
+                    "resource_type": TOPIC_RESOURCE, "resource_name": topic,
+                    "configs": [{"name": LONG_KEY, "value": "1"}]}], "validate_only": False})
+                [row] = response.responses
+                assert row.error_code == (ErrorCode.UNKNOWN_SERVER_ERROR if version == 0
+                                          else ErrorCode.INVALID_CONFIG), version
+            m = scrape(metrics_port)
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+    errors = {k: v for k, v in m.items()
+              if k.startswith('actorlog_errors_total{api="AlterConfigs"')}
+    assert errors == {
+        'actorlog_errors_total{api="AlterConfigs",error="UNKNOWN_SERVER_ERROR"}': 1,
+        'actorlog_errors_total{api="AlterConfigs",error="INVALID_CONFIG"}': 1}
+    assert m["actorlog_requests_failed_total"] == 1
 
 
 # ------------------------------------------------------- SASL requests without SASL

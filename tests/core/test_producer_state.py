@@ -320,6 +320,22 @@ def test_a_snapshot_without_marker_timestamps_dates_them_at_its_writing() -> Non
     assert copy.remove_expired(T + EXPIRATION_MS, EXPIRATION_MS) == [7]
 
 
+def test_a_snapshot_from_before_lost_sequences_dates_the_lost_entry_at_its_writing(
+) -> None:
+    """A snapshot written before "lost" was kept holds a lost entry as one with neither
+    batch nor marker (marker -1, its timestamp -1): read as lost, it is dated at the
+    snapshot's writing, as an undated marker is, and does not expire at the first check
+    (and with it the epoch fence it holds)."""
+    copy = ProducerStateManager.from_json(
+        b'{"8":{"epoch":2,"batches":[],"marker":-1,"marker_ts":-1}}', 5, T)
+    entry = copy.producers[8]
+    assert entry.sequence_lost and entry.last_timestamp == T
+    assert copy.remove_expired(T + EXPIRATION_MS - 1, EXPIRATION_MS) == []
+    with pytest.raises(InvalidProducerEpochError):
+        copy.check_batches(check_batches(batch(0, pid=8, epoch=1)))
+    assert copy.remove_expired(T + EXPIRATION_MS, EXPIRATION_MS) == [8]
+
+
 def test_a_lost_sequence_is_kept_in_the_snapshot() -> None:
     """An entry whose batches a failed group commit took back (sequence_lost) goes on
     from any sequence, a marker of its epoch or not, through a snapshot; an entry with

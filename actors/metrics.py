@@ -44,8 +44,9 @@ FAMILIES: dict[str, tuple[str, str]] = {
                                              "written, by API"),
     "errors_total": ("counter", "Error codes in responses (every partition, topic or group "
                                 "entry counts once), by API and Kafka error name"),
-    "requests_failed": ("counter", "Requests whose handling raised (answered with an error "
-                                   "or the connection closed)"),
+    "requests_failed": ("counter", "Requests whose handling raised or whose response "
+                                   "could not be encoded (answered with an error or the "
+                                   "connection closed)"),
     "requests_refused": ("counter", "Requests refused before handling"),
     "auth_delay_wakeups": ("counter", "Poll wakeups for connections waiting out "
                                       "connection.failed.authentication.delay.ms"),

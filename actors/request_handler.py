@@ -283,7 +283,7 @@ def _warning_interval_ns() -> int:
     return (int(ms) if ms.isdigit() else 60_000) * 1_000_000
 
 
-_process_limiters_lock = threading.Lock()
+_node_limiters_lock = threading.Lock()
 
 
 def process_limiter(kind: str, node: Node) -> WarningLimiter:
@@ -292,7 +292,7 @@ def process_limiter(kind: str, node: Node) -> WarningLimiter:
     object: the nodes of one Python process (the simulation, in-process tests) each have
     theirs, and a node started again (a restart, the simulation's next seed, whose clock
     starts from 0 again) has fresh ones, not its predecessor's next-log times."""
-    with _process_limiters_lock:
+    with _node_limiters_lock:
         limiter = node.limiters.get(kind)
         if limiter is None:
             limiter = node.limiters[kind] = WarningLimiter(_warning_interval_ns())
@@ -595,7 +595,8 @@ class RequestHandler(Actor):
                    else "closing the connection (its answer has no error field)")
         # answered before it is logged: a log line that fails cannot leave it unanswered
         if frame:
-            self._count_errors(header.api_key, [code])
+            # each item the error answer names counts, as for any answer (errors_total)
+            self._count_errors(header.api_key, error_codes(data) or [code])
             self._send(state.msg, frame, True, close, state.start_ns, state.local_ns,
                        state.remote_ns)
         else:

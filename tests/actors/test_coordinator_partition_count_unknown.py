@@ -318,8 +318,9 @@ def test_the_replica_manager_tells_the_count_once_the_metadata_has_it(
 def test_a_partition_missing_from_the_metadata_leaves_the_count_unknown(
         manual_node: Node) -> None:
     """Partition 1 was left NEW (no replica alive when the topic was made), so no
-    UpdateMetadata names it: the count is unknown, not 1 (the partitions below the gap),
-    and nothing is loaded under it."""
+    UpdateMetadata names it, and the metadata carries no assigned count (a real
+    controller sends one for the internal topics; this is the fallback without it): the
+    count is unknown, not 1 (the partitions below the gap), and nothing is loaded."""
     node = manual_node
     manager, controller, groups, txns = _managed_node(node, [0, 2])
     node.tell(manager, _metadata([0, 2]), sender=controller.name)

@@ -782,31 +782,33 @@ def test_an_answer_the_codec_cannot_write_is_unknown_server_error_not_a_close(
 
 def test_an_answer_the_codec_cannot_write_is_counted_once_as_the_answer_sent(
         tmp_path: Path) -> None:
-    """The error rates count the codes of the answer sent, once: AlterConfigs v0 with the
-    long config name is answered UNKNOWN_SERVER_ERROR, counted so and as a failed request
-    (as an API that raises), not also as the INVALID_CONFIG it could not write. v2 writes
-    INVALID_CONFIG: counted so, not failed."""
+    """The error rates count the codes of the answer sent, once an item: AlterConfigs v0
+    with the long config name on two topics is answered UNKNOWN_SERVER_ERROR on each,
+    counted so (twice) and as one failed request (as an API that raises), not also as the
+    INVALID_CONFIG it could not write. v2 writes INVALID_CONFIG: counted so, not failed."""
     metrics_port = free_port()
     broker = BrokerProcess(tmp_path / "data", config={"metrics.port": metrics_port}).start()
     try:
         with RawClient(broker.port) as client:
-            topic = name("enc")
-            assert client.create_topic(topic, 1) == 0
+            topics = [name("enc"), name("enc")]
+            for topic in topics:
+                assert client.create_topic(topic, 1) == 0
             for version in (0, 2):
                 response = client.call(ALTER_CONFIGS, version, {"resources": [{
                     "resource_type": TOPIC_RESOURCE, "resource_name": topic,
-                    "configs": [{"name": LONG_KEY, "value": "1"}]}], "validate_only": False})
-                [row] = response.responses
-                assert row.error_code == (ErrorCode.UNKNOWN_SERVER_ERROR if version == 0
-                                          else ErrorCode.INVALID_CONFIG), version
+                    "configs": [{"name": LONG_KEY, "value": "1"}]} for topic in topics],
+                    "validate_only": False})
+                assert [row.error_code for row in response.responses] == [
+                    ErrorCode.UNKNOWN_SERVER_ERROR if version == 0
+                    else ErrorCode.INVALID_CONFIG] * 2, version
             m = scrape(metrics_port)
     finally:
         assert broker.stop() == 0, broker.log()[-3000:]
     errors = {k: v for k, v in m.items()
               if k.startswith('actorlog_errors_total{api="AlterConfigs"')}
     assert errors == {
-        'actorlog_errors_total{api="AlterConfigs",error="UNKNOWN_SERVER_ERROR"}': 1,
-        'actorlog_errors_total{api="AlterConfigs",error="INVALID_CONFIG"}': 1}
+        'actorlog_errors_total{api="AlterConfigs",error="UNKNOWN_SERVER_ERROR"}': 2,
+        'actorlog_errors_total{api="AlterConfigs",error="INVALID_CONFIG"}': 2}
     assert m["actorlog_requests_failed_total"] == 1
 
 

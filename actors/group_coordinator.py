@@ -933,9 +933,11 @@ class GroupCoordinator(LoadReading, Actor):
         # DescribeGroups and DeleteGroups are judged group by group (_refused_groups)
         groups = [] if isinstance(msg, ListGroups) else [msg.group_id]
         code = NONE
-        if not groups and not self.count_known and self.led:
-            # ListGroups while the partitions this node leads wait for the count: nothing
-            # is loaded, so an empty list would be wrong (Kafka: LOAD_IN_PROGRESS while loading)
+        if not groups and self.led and (not self.count_known
+                                        or not self.loaded_parts.issuperset(self.led)):
+            # ListGroups while a partition this node leads is not loaded (the count not
+            # known yet, or its load under way): the list would miss its groups (Kafka's
+            # handleListGroups: COORDINATOR_LOAD_IN_PROGRESS while loading)
             code = LOAD_IN_PROGRESS
         for group_id in groups:
             p = self.core.partition_for(group_id)

@@ -89,12 +89,15 @@ class LogShard(Actor):
     append."""
 
     logs: dict[tuple[str, int], bytes] = {}
+    unanswered: set[tuple[str, int]] = set()  # reads of these never answered (a load under way)
 
     def setup(self) -> None:
         self.appended: list[tuple[str, int]] = []
 
     @handles(Read)
     def on_read(self, msg: Read) -> None:
+        if any((r.topic, r.partition) in self.unanswered for r in msg.rows):
+            return
         rows = []
         for r in msg.rows:
             batch = self.logs.get((r.topic, r.partition), b"")
@@ -168,6 +171,7 @@ def _node(node: Node) -> tuple[Topology, Config]:
                      "transaction.state.log.num.partitions": 1})
     LogShard.logs = {(OFFSETS_TOPIC, 2): _commit_log(),
                      (TRANSACTION_STATE_TOPIC, 2): _txn_log()}
+    LogShard.unanswered = set()
     node.spawn(Timer, topo.timer.name)
     node.spawn(LogShard, topo.shard(0).name)
     node.spawn(Probe, "probe")
@@ -346,3 +350,28 @@ def test_a_last_partition_missing_from_the_metadata_leaves_the_others_served(
         wait_for(lambda a=actor: (node.ask(a, GetStats())["partition_count_known"]
                                   and node.ask(a, GetStats())["loaded_partitions"] == [0, 1])
                  or None, "the load under the assigned count")
+
+
+def test_list_groups_is_refused_while_a_partition_led_here_is_loading(
+        manual_node: Node) -> None:
+    """The count known, one partition's load under way (its read not answered): ListGroups
+    would miss that partition's groups, so it answers COORDINATOR_LOAD_IN_PROGRESS, as
+    Kafka's handleListGroups while loading; once loaded it lists."""
+    node = manual_node
+    topo, config = _node(node)
+    groups = node.spawn(GroupCoordinator, topo.coordinator(0).name, topology=topo,
+                        config=config, clock=node.clock, cluster=True)
+    led = [CoordinatorPartitionRow(p, 0) for p in range(REAL_COUNT)]
+    node.tell(groups, CoordinatorPartitions(led, [], REAL_COUNT))
+    wait_for(lambda: node.ask(groups, GetStats())["loaded_partitions"] == [0, 1, 2] or None,
+             "the load")
+    node.tell(groups, ListGroups(1, None), sender="probe")
+    assert _answer(node) == ["list", 0]
+    LogShard.unanswered = {(OFFSETS_TOPIC, 1)}
+    # partition 1 resigned and led again: its load starts, its read is never answered
+    node.tell(groups, CoordinatorPartitions([], [1], REAL_COUNT))
+    node.tell(groups, CoordinatorPartitions([CoordinatorPartitionRow(1, 1)], [], REAL_COUNT))
+    node.quiesce()
+    assert node.ask(groups, GetStats())["loaded_partitions"] == [0, 2]
+    node.tell(groups, ListGroups(2, None), sender="probe")
+    assert _answer(node) == ["list", LOADING]

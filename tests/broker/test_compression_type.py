@@ -99,6 +99,12 @@ def consume(broker: BrokerProcess, topic: str,
     return out
 
 
+def runs(codecs: list[int]) -> list[int]:
+    """The codecs in order, a run of batches in one codec as one: under load the client
+    may send one produce's records as more batches than one."""
+    return [c for i, c in enumerate(codecs) if i == 0 or codecs[i - 1] != c]
+
+
 def stored_codecs(broker: BrokerProcess, topic: str, version: int = 11) -> list[int]:
     """The codec attribute of every batch the partition holds, read by a raw Fetch."""
     with RawClient(broker.port) as client:
@@ -128,7 +134,7 @@ def test_producer_keeps_each_batchs_codec(broker: BrokerProcess, admin: AdminCli
     sent = []
     for codec in ("lz4", "none", "zstd", "gzip", "snappy"):
         sent += produce(broker, "as-sent", codec, 20)
-    assert stored_codecs(broker, "as-sent") == [3, 0, 4, 1, 2]
+    assert runs(stored_codecs(broker, "as-sent")) == [3, 0, 4, 1, 2]
     assert [(k, v) for _o, k, v, _t, _h in consume(broker, "as-sent", len(sent))] == [
         (k, v) for k, v, _t, _h in sent]
 
@@ -137,7 +143,7 @@ def test_the_broker_key_is_the_topics_default(broker: BrokerProcess,
                                               admin: AdminClient) -> None:
     create(admin, "by-default", {})
     produce(broker, "by-default", "gzip", 30)
-    assert stored_codecs(broker, "by-default") == [CODECS[BROKER_DEFAULT]]
+    assert runs(stored_codecs(broker, "by-default")) == [CODECS[BROKER_DEFAULT]]
 
 
 def test_an_idempotent_producer_keeps_its_sequences(broker: BrokerProcess,
@@ -250,7 +256,7 @@ def test_an_altered_codec_applies_to_the_next_batches(broker: BrokerProcess,
     [future] = admin.incremental_alter_configs([resource]).values()
     future.result(30)
     produce(broker, "switched", "lz4", 10)
-    assert stored_codecs(broker, "switched") == [1, 4]
+    assert runs(stored_codecs(broker, "switched")) == [1, 4]
     assert len(consume(broker, "switched", 20)) == 20
 
 

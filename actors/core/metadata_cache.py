@@ -10,8 +10,9 @@ the same order. Pure data: no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from actors.core.cluster_model import LEADER_DURING_DELETE, NO_LEADER
 from wire.cluster_messages import BrokerRow, UpdateMetadata, UpdateMetadataPartition
@@ -84,25 +85,19 @@ class MetadataCache:
                         del self.partitions[row.topic]
                 continue
             self.partitions.setdefault(row.topic, {})[row.partition] = CachedPartition.of(row)
-        for topic, configs in update.topic_configs.items():
-            if topic in self.partitions:
-                self.topic_configs[topic] = dict(configs)
-        for topic in list(self.topic_configs):
-            if topic not in self.partitions:
-                del self.topic_configs[topic]
-        for topic, topic_id in update.topic_ids.items():
-            if topic in self.partitions:
-                self.topic_ids[topic] = topic_id
-        for topic in list(self.topic_ids):
-            if topic not in self.partitions:
-                del self.topic_ids[topic]
-        for topic, count in update.assigned_partitions.items():
-            if topic in self.partitions:
-                self.assigned[topic] = count
-        for topic in list(self.assigned):
-            if topic not in self.partitions:
-                del self.assigned[topic]
+        self._by_topic(self.topic_configs, {t: dict(c) for t, c in update.topic_configs.items()})
+        self._by_topic(self.topic_ids, update.topic_ids)
+        self._by_topic(self.assigned, update.assigned_partitions)
         return touched
+
+    def _by_topic(self, held: dict[str, Any], update: Mapping[str, Any]) -> None:
+        """Take an update's per-topic values for the topics held; drop those of topics gone."""
+        for topic, value in update.items():
+            if topic in self.partitions:
+                held[topic] = value
+        for topic in list(held):
+            if topic not in self.partitions:
+                del held[topic]
 
     def snapshot(self, broker_epoch: int) -> UpdateMetadata:
         """What this cache holds as one full UpdateMetadata (for handlers that start late:

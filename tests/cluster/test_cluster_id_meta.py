@@ -16,9 +16,8 @@ from actors.runtime.properties import read_properties
 pytestmark = [pytest.mark.multiprocess]
 
 
-def test_a_cluster_id_with_a_backslash_and_non_ascii_chars_survives_a_restart(
-        cluster_factory: Any, zk_connect: str) -> None:
-    cluster_id = "clüster\\id:é-Ω"
+def _zookeeper_holds(zk_connect: str, cluster_id: str) -> None:
+    """The cluster id a new cluster on this ZooKeeper takes (as an earlier run left it)."""
     zk = KazooClient(hosts=zk_connect)
     zk.start(timeout=15)
     try:
@@ -27,6 +26,12 @@ def test_a_cluster_id_with_a_backslash_and_non_ascii_chars_survives_a_restart(
     finally:
         zk.stop()
         zk.close()
+
+
+def test_a_cluster_id_with_a_backslash_and_non_ascii_chars_survives_a_restart(
+        cluster_factory: Any, zk_connect: str) -> None:
+    cluster_id = "clüster\\id:é-Ω"
+    _zookeeper_holds(zk_connect, cluster_id)
     cluster = cluster_factory(size=1)
     node = cluster.nodes[1]
     assert node.metadata().cluster_id == cluster_id
@@ -42,14 +47,7 @@ def _restarted_over_an_older_file(cluster_factory: Any, zk_connect: str,
                                   cluster_id: str) -> tuple[Any, Path]:
     """A one-node cluster whose ZooKeeper holds ``cluster_id``, restarted over the
     meta.properties an older actorlog wrote (the id raw in UTF-8)."""
-    zk = KazooClient(hosts=zk_connect)
-    zk.start(timeout=15)
-    try:
-        zk.create("/cluster/id", json.dumps({"version": "1", "id": cluster_id}).encode(),
-                  makepath=True)
-    finally:
-        zk.stop()
-        zk.close()
+    _zookeeper_holds(zk_connect, cluster_id)
     cluster = cluster_factory(size=1)
     node = cluster.nodes[1]
     assert node.stop() == 0, node.log()[-3000:]

@@ -4,9 +4,19 @@ Placement (``actor.threads``): "shared" runs worker thread i as one poll
 loop for shard-i, purgatory-i, handler-i and processor-i, and connection c
 goes to processor and handler ``c % N``, so a request crosses threads only
 when its partition lives on another worker; "single" (the default) runs all
-of them, every shard included, in one loop per process, so a request never
-crosses threads inside a process (no GIL handoff, no ZeroMQ poll between its
-hops); "dedicated" gives every actor a thread of its own.
+of them, every shard included, in one loop per process, and the group and
+transaction coordinators in process 0's (with ``num.processes`` > 1 only process 0
+hosts the coordinators), so a request crosses no thread inside a process (no GIL
+handoff, no ZeroMQ poll between its hops). When each coordinator had a thread of its
+own, a request that only reads or changes the coordinator's memory crossed two
+(handler -> coordinator and back: a Heartbeat, an OffsetFetch, a LeaveGroup), and one
+that writes its log crossed four (handler -> coordinator -> shard and back: a
+transaction's AddPartitionsToTxn and EndTxn, an OffsetCommit or TxnOffsetCommit, the
+leader's SyncGroup). A coordinator's work in one call holds up that whole loop: the end of a
+load restores a slice a poll of the loop, but some calls still look at everything a coordinator
+holds at once (a transaction coordinator's timeout tick, a group coordinator's unload
+or topic deletion; see actors/transaction_coordinator.py and
+actors/group_coordinator.py). "dedicated" gives every actor a thread of its own.
 
 Spawn order is the reverse of stop order: the Acceptor is spawned last, so
 at shutdown it stops first (no new connections), then the Processors (no
@@ -726,7 +736,8 @@ class Broker:
             if cfg["log.cleaner.enable"]:  # its own thread: a pass must not slow a worker
                 node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
                            log_dir=data_dir, clock=clock)
-            self._spawn_extra(node, topo, cfg, clock, topics)
+            self._spawn_extra(node, topo, cfg, clock, topics,
+                              **(place(0) if single else {}))
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
                                      dict(topics), clock=clock,
@@ -766,8 +777,9 @@ class Broker:
             try:
                 if supervisor is not None:
                     supervisor.stop()
-            finally:  # the node's threads would keep the process alive
-                node.shutdown(timeout=5)
+            finally:  # the node's threads would keep the process alive; an interrupted
+                # start is `serve`'s one line ("got SIGTERM while starting; stopped")
+                node.shutdown(timeout=5, quiet=isinstance(exc, StartInterrupted))
             if "_gateway" in node.actors:  # ours; never a socket another process serves
                 self._remove_gateway_socket(node)
             self.node = None
@@ -949,11 +961,12 @@ class Broker:
         return found
 
     def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any,
-                     topics: dict[str, Any] | None = None) -> None:
+                     topics: dict[str, Any] | None = None, host: str | None = None) -> None:
         """The consumer-group and transaction coordinators."""
-        spawn_coordinators(node, topo, cfg, clock, cluster=self.cluster)
+        spawn_coordinators(node, topo, cfg, clock, cluster=self.cluster, host=host)
         spawn_txn_coordinators(node, topo, cfg, clock, cluster=self.cluster,
-                               topic_exists=TRANSACTION_STATE_TOPIC in (topics or {}))
+                               topic_exists=TRANSACTION_STATE_TOPIC in (topics or {}),
+                               host=host)
 
     # ------------------------------------------------------------------ cluster mode
     def _check_gateway_port(self, host: str, port: int) -> None:
@@ -1079,16 +1092,16 @@ class Broker:
         """SIGTERM in a cluster: have the controller move this node's leaderships first.
 
         Waits while the controller actor tries, at most
-        ``controlled.shutdown.max.retries`` + 1 attempts of ``request.timeout.ms``
-        each with ``controlled.shutdown.retry.backoff.ms`` between them; then the
-        node stops whatever the outcome.
+        ``controlled.shutdown.max.retries`` attempts in all (Kafka's count; 0 makes
+        none) of ``request.timeout.ms`` each with ``controlled.shutdown.retry.backoff.ms``
+        between them; then the node stops whatever the outcome.
         """
         node, topo = self.node, self.topology
         if not self.cluster or node is None or topo is None:
             return
         cfg = self.config
         log = logger.bind(node=node.name)
-        attempts = int(cfg["controlled.shutdown.max.retries"]) + 1
+        attempts = int(cfg["controlled.shutdown.max.retries"])
         bound_s = attempts * (int(cfg["request.timeout.ms"])
                               + int(cfg["controlled.shutdown.retry.backoff.ms"])) / 1000
         deadline = time.monotonic() + bound_s

@@ -1177,14 +1177,25 @@ class ClusterController(Actor):
                 self.shutdown = _Shutdown("skipped")
             else:
                 self.shutdown = _Shutdown()
-                self.log.info("controlled shutdown: asking the controller to move this "
-                              "node's leaderships")
-                self._try_shutdown(self.clock.now_ms())
+                if self._shutdown_attempts_left():
+                    self.log.info("controlled shutdown: asking the controller to move this "
+                                  "node's leaderships")
+                    self._try_shutdown(self.clock.now_ms())
+                else:  # as Kafka's: max.retries counts every attempt, so 0 makes none
+                    self.shutdown.state = "failed"
+                    self.shutdown.message = "controlled.shutdown.max.retries is 0"
         found = self.shutdown
         if found is None:
             return {"state": "idle"}
         return {"state": found.state, "attempts": found.attempts, "remaining": found.remaining,
                 "message": found.message}
+
+    def _shutdown_attempts_left(self) -> bool:
+        """Kafka's controlledShutdown makes ``controlled.shutdown.max.retries`` attempts in
+        all (its remainingRetries counts down from it), the first one included."""
+        found = self.shutdown
+        assert found is not None
+        return found.attempts < int(self.config["controlled.shutdown.max.retries"])
 
     def _try_shutdown(self, now: int) -> None:
         found = self.shutdown
@@ -1229,7 +1240,7 @@ class ClusterController(Actor):
         reason = (ErrorCode(msg.error_code).name if msg.error_code
                   else f"{len(msg.remaining)} partition(s) still led here")
         found.message = reason
-        if found.attempts > int(self.config["controlled.shutdown.max.retries"]):
+        if not self._shutdown_attempts_left():
             found.state = "failed"
             self.log.warning("controlled shutdown gave up after {} attempt(s): {}",
                              found.attempts, reason)
@@ -1296,7 +1307,7 @@ class ClusterController(Actor):
         found = self.shutdown
         if found is not None and found.state == "running" and (
                 now >= found.next_try_ms or self._shutdown_controller_moved(found)):
-            if found.attempts > int(self.config["controlled.shutdown.max.retries"]):
+            if not self._shutdown_attempts_left():
                 found.state = "failed"
                 found.message = found.message or "no answer from the controller"
             else:

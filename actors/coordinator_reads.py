@@ -19,6 +19,7 @@ from actors.core.inflight_appends import LoadReads
 from actors.runtime.address import Address
 from wire.broker_messages import (
     LOG_END_READER,
+    CreateTopicDoneRow,
     CreateTopicRow,
     CreateTopics,
     CreateTopicsDone,
@@ -35,7 +36,14 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
-READ_MAX_BYTES = 8 * 1024 * 1024  # one Read's answer, over every partition it names
+# A load's Read is answered with at most LOAD_READ_MAX_BYTES over all its partitions,
+# plus one whole batch of the first partition with data (the shard keeps max_bytes as a
+# budget, as Kafka's fetch; the partitions it leaves out are read again): with
+# actor.threads = single the coordinators run in process 0's worker loop, where decoding
+# an answer holds up every request of the process (about 50 ms a MB), so an answer stays
+# about a MB whatever the partition count. READ_PARTITION_MAX_BYTES: a row's own limit.
+LOAD_READ_MAX_BYTES = 1024 * 1024
+READ_PARTITION_MAX_BYTES = 1024 * 1024
 # The Controller answers a CreateTopics once the shards opened the partitions and every
 # handler applied the new table; it gives up on silent shards after 60 s
 # (PENDING_GIVE_UP_NS) and on a silent handler 10 s later (ACK_WAIT_NS). An answer not come
@@ -45,6 +53,13 @@ READ_MAX_BYTES = 8 * 1024 * 1024  # one Read's answer, over every partition it n
 # refusing every request as loading for good; past both give-ups, so a slow disk is never
 # taken for a lost request.
 CREATE_WAIT_MS = 75_000
+# The Controller's refusal of the name (not a passing failure), asked again seldom:
+# INVALID_TOPIC_EXCEPTION, the name's topic removed from ZooKeeper by hand (its replicas
+# may remain on the brokers); it lifts only when that topic's znodes are written back or
+# the controller moves. Anything else (POLICY_VIOLATION, a partition budget's, too) is
+# asked again at the coordinator's RETRY_MS.
+REFUSALS = frozenset({int(ErrorCode.INVALID_TOPIC_EXCEPTION)})
+REFUSED_RETRY_MS = 10_000
 
 
 class LoadReading(_Base):
@@ -64,6 +79,10 @@ class LoadReading(_Base):
     # taken; one to an earlier ask, come after it was given up on, is ignored and counted
     create_req_id: int | None
     create_answers_stale: int
+    # the last CreateTopics error logged (code, message): its repeats are not logged again
+    create_error_logged: tuple[int, str] | None = None
+    # partition -> the last load Read error logged for it (its repeats are not logged again)
+    read_errors_logged: dict[int, int] | None = None
 
     def _ask_create(self, row: CreateTopicRow) -> None:
         """Ask the Controller for the log topic (``phase`` "creating" until it answers)."""
@@ -90,6 +109,24 @@ class LoadReading(_Base):
             return False
         return self.phase == "creating"
 
+    def _create_failed(self, row: CreateTopicDoneRow, retry_ms: int) -> None:
+        """The Controller did not make the log topic: asked again after ``retry_ms``
+        (``phase`` "create-retry"). An error is logged when it first comes (or changes),
+        its repeats only at debug: a refusal (the name's topic removed from ZooKeeper by
+        hand, INVALID_TOPIC_EXCEPTION) can last long, and a line every retry would flood
+        the log."""
+        error = (row.error_code, row.error_message or "")
+        if error != self.create_error_logged:
+            self.create_error_logged = error
+            self.log.error("cannot create {}: {} ({}); asking again every {} ms",
+                           self.LOG_TOPIC, _code_name(row.error_code), row.error_message,
+                           retry_ms)
+        else:
+            self.log.debug("cannot create {} yet: {}", self.LOG_TOPIC,
+                           _code_name(row.error_code))
+        self.phase = "create-retry"
+        self.retry_at_ms = self.clock.now_ms() + retry_ms
+
     def _create_overdue(self, now: int) -> bool:
         """True (and ``phase`` "create-retry", due at once) when the Controller's answer
         is overdue: the request or its answer was lost, so it is asked again."""
@@ -103,10 +140,58 @@ class LoadReading(_Base):
         self.retry_at_ms = now
         return True
 
-    def _read(self, shard: Address, rows: list[ReadRow]) -> None:
+    def _read_failed(self, partition: int, code: int) -> None:
+        """A load Read's row answered ``code``: read again at the next retry. Logged when
+        it first comes for the partition (or changes), its repeats at debug: a partition
+        that answers so for long (its old directory not yet deleted, its topic id not
+        readable) would log a line every retry."""
+        if self.read_errors_logged is None:
+            self.read_errors_logged = {}
+        logged = self.read_errors_logged
+        if logged.get(partition) != code:
+            logged[partition] = code
+            self.log.warning("reading {}-{} failed with {}; retrying (repeats logged at "
+                             "debug)", self.LOG_TOPIC, partition, _code_name(code))
+        else:
+            self.log.debug("reading {}-{} failed with {} again; retrying", self.LOG_TOPIC,
+                           partition, _code_name(code))
+
+    def _read_succeeded(self, partition: int) -> None:
+        """A load Read's row answered: a later failure of the partition is news again."""
+        if self.read_errors_logged:
+            self.read_errors_logged.pop(partition, None)
+
+    def _read_all(self) -> None:
+        """One Read per shard of every partition still to read (``read_offsets``)."""
+        by_shard: dict[Address, list[int]] = {}
+        for p in self.read_offsets:
+            by_shard.setdefault(self.topology.shard_for(self.LOG_TOPIC, p), []).append(p)
+        for shard, partitions in by_shard.items():
+            self._read(shard, partitions)
+
+    def _read_rest(self, rest: list[tuple[int, bool]]) -> None:
+        """Read on, from the shard that answered, the partitions of its answer short of
+        their log end: ``rest`` holds (partition, whether the answer had records of it).
+        Those without go first: the shard left them out (the budget was spent before them,
+        or their next batch is larger than what was left of it), and it gives a whole
+        batch past the budget only to the first partition with data, so the first of them
+        is read in the next Read rather than once every partition before it is read to
+        its end. (One that got some records and stopped at a batch past the rest of the
+        budget keeps its place.)"""
+        if not rest:
+            return
+        assert self.current_sender is not None
+        self._read(self.current_sender, [p for p, got in rest if not got]
+                   + [p for p, got in rest if got])
+
+    def _read(self, shard: Address, partitions: list[int]) -> None:
+        """A Read of ``partitions`` from their ``read_offsets``, answered with at most
+        LOAD_READ_MAX_BYTES over all of them save one whole batch of the first with data."""
         rid = next(self.req_ids)
+        rows = [ReadRow(self.LOG_TOPIC, p, self.read_offsets[p], READ_PARTITION_MAX_BYTES)
+                for p in partitions]
         self.reads.sent(rid, {r.partition: r.fetch_offset for r in rows}, self.clock.now_ms())
-        self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
+        self.tell(shard, Read(rid, LOG_END_READER, LOAD_READ_MAX_BYTES, rows))
 
     def _expire_reads(self, now: int) -> None:
         """Reads of the load unanswered too long are overdue; once none is left that is

@@ -28,7 +28,7 @@ PREFIX = "actorlog_"
 # Upper bounds of the request latency buckets, in seconds (Prometheus' base unit).
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                         0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-_BUCKET_NS = tuple(int(b * 1e9) for b in LATENCY_BUCKETS_S)
+BUCKET_NS = tuple(int(b * 1e9) for b in LATENCY_BUCKETS_S)  # the same, in ns
 _BUCKET_TEXT = tuple(repr(b) for b in LATENCY_BUCKETS_S)
 
 # name -> (type, help). Every family the broker exports is here; render() refuses others.
@@ -106,7 +106,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "actor_mailbox_depth": ("gauge", "Messages sent to an actor by actors of this node and "
                                      "not yet handled"),
     "actor_messages_handled_total": ("counter", "Messages an actor handled"),
-    "actor_handle_seconds": ("summary", "Time an actor spent in its handlers"),
+    "actor_handle_seconds": ("summary", "Time an actor spent in its handlers, with what "
+                                        "lies between two handlers of one batch"),
     "actor_messages_enqueued_total": ("counter", "Messages actors of this node sent to an "
                                                  "actor"),
     "actors_running": ("gauge", "Actors of this node that run (stopped ones, such as idle "
@@ -135,14 +136,20 @@ FAMILIES: dict[str, tuple[str, str]] = {
 _LATENCY_KEYS: dict[str, tuple[str, ...]] = {}
 
 
-def latency_key(api: str, elapsed_ns: int) -> str:
-    """The counter key of the bucket ``elapsed_ns`` falls in (``le="+Inf"`` past the last)."""
+def latency_keys(api: str) -> tuple[str, ...]:
+    """The counter keys of the API's latency buckets, ``le="+Inf"`` last: the one for
+    ``elapsed_ns`` is at ``bisect_left(BUCKET_NS, elapsed_ns)``."""
     keys = _LATENCY_KEYS.get(api)
     if keys is None:
         keys = _LATENCY_KEYS[api] = tuple(
             [f"request_latency_seconds_bucket|api={api},le={t}" for t in _BUCKET_TEXT]
             + [f"request_latency_seconds_bucket|api={api},le=+Inf"])
-    return keys[bisect_left(_BUCKET_NS, elapsed_ns)]
+    return keys
+
+
+def latency_key(api: str, elapsed_ns: int) -> str:
+    """The counter key of the bucket ``elapsed_ns`` falls in (``le="+Inf"`` past the last)."""
+    return latency_keys(api)[bisect_left(BUCKET_NS, elapsed_ns)]
 
 
 def error_codes(data: Any) -> list[int]:

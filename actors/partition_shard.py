@@ -208,7 +208,7 @@ class _PendingDelete:
     req_id: int
     rows: list[DeleteRecordsDoneRow]
     waiting: dict[int, tuple[str, int, int, int]]
-    deadline_ms: int
+    deadline_ms: int  # on the monotonic clock: a wall-clock step does not move it
     # per waiting row, the partition's state and its ``changes`` when last checked: the
     # rows whose partition did not change are not checked again until the deadline
     checked: dict[int, tuple[PartitionState, int]] = field(default_factory=dict)
@@ -602,16 +602,18 @@ class PartitionShard(Actor):
         due = min(self.next_housekeeping_ms, self.next_isr_check_ms)
         if self.resends:
             due = min(due, self.next_resend_ms)
+        wait = due - self._wall_ns() // 1_000_000
         if self.pending_deletes:
-            due = min(due, min(p.deadline_ms for p in self.pending_deletes))
-        return max(0, due - self._wall_ns() // 1_000_000)
+            wait = min(wait, min(p.deadline_ms for p in self.pending_deletes)
+                       - self.clock.monotonic_ns() // 1_000_000)
+        return max(0, wait)
 
     def on_turn(self) -> None:
         if self.unanswered or self.staged:
             self._commit_and_answer()
         now = self._wall_ns() // 1_000_000
         if self.pending_deletes:
-            self._settle_deletes(now)
+            self._settle_deletes(self.clock.monotonic_ns() // 1_000_000)
         # the wall clock stepped back: a check is not put off by the step's size (as
         # _resend_proposals)
         if (now >= self.next_isr_check_ms
@@ -1093,7 +1095,7 @@ class PartitionShard(Actor):
                 if not log.config.delete:
                     raise KafkaError(f"records of {req.topic}-{req.partition} cannot be "
                                      f"deleted: its cleanup.policy is "
-                                     f"{','.join(log.config.cleanup_policy)}",
+                                     f"{','.join(log.config.cleanup_policy) or 'empty'}",
                                      ErrorCode.POLICY_VIOLATION)
                 if offset < 0:
                     raise OffsetOutOfRangeError(f"offset {offset} is negative")
@@ -1128,9 +1130,10 @@ class PartitionShard(Actor):
             assert self.current_sender is not None
             self.pending_deletes.append(_PendingDelete(
                 self.current_sender, msg.req_id, rows, waiting,
-                self._wall_ns() // 1_000_000 + delete_records_wait_ms(msg.timeout_ms)))
+                self.clock.monotonic_ns() // 1_000_000
+                + delete_records_wait_ms(msg.timeout_ms)))
             # a timeout_ms of 0 (or the cap's) answers now, REQUEST_TIMED_OUT if it must
-            self._settle_deletes(self._wall_ns() // 1_000_000)
+            self._settle_deletes(self.clock.monotonic_ns() // 1_000_000)
         else:
             self.reply(DeleteRecordsDone(msg.req_id, rows))
         if unflushed is not None:
@@ -1158,14 +1161,14 @@ class PartitionShard(Actor):
                         "moved their log start")
             self.tell(p.sender, DeleteRecordsDone(p.req_id, p.rows))
 
-    def _settle_deletes(self, now: int) -> None:
+    def _settle_deletes(self, now_mono_ms: int) -> None:
         """Answer the DeleteRecords whose partitions' low watermarks reached the offsets
         asked, as Kafka's DelayedDeleteRecords: a partition gone is UNKNOWN_TOPIC_OR_PARTITION,
         one whose leadership moved NOT_LEADER_OR_FOLLOWER, one past the deadline
         REQUEST_TIMED_OUT with the low watermark it has then."""
         still: list[_PendingDelete] = []
         for pending in self.pending_deletes:
-            expired = now >= pending.deadline_ms
+            expired = now_mono_ms >= pending.deadline_ms
             for index, (topic, partition, required, epoch) in list(pending.waiting.items()):
                 state = self.partitions.get((topic, partition))
                 last = pending.checked.get(index)
@@ -1329,7 +1332,7 @@ class PartitionShard(Actor):
                 # here on answers it at its offset (after the turn's write; acks=-1
                 # through the purgatory), never as failed: the producer would send it
                 # again, and the log would hold it twice.
-                if log.staged_bytes:
+                if log.segments[-1].staged_bytes:  # log.staged_bytes, without its call
                     staged[(topic, partition)] = state
                 first, last = info.first_offset, info.last_offset
                 rows.append(AppendDoneRow(topic, partition, NONE, first,

@@ -114,6 +114,10 @@ _PR_SET_PDEATHSIG = 1
 # started from other code than process 0 runs (the code on disk changed under a running
 # broker), and would dead-letter what the others send it. Its supervisor gives up on it.
 WIRE_MISMATCH_EXIT = 78
+TEST_HOLD_READY_ENV = "ACTORLOG_TEST_HOOK_HOLD_READY"
+"""Test hook only: a path; a process 1.. holds before it takes connections (and so
+before its ready line) until that file exists, at most until its readiness deadline,
+so a test knows process 0 is still starting. Never set it outside tests."""
 
 
 def process_node_name(main: str, index: int) -> str:
@@ -641,6 +645,10 @@ def run_process(spec: dict[str, Any]) -> int:
                    credentials=credentials.lookup if credentials else None,
                    **(place(i) if here or single else
                       {"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
+    if hold := os.environ.get(TEST_HOLD_READY_ENV):  # test hook (see TEST_HOLD_READY_ENV)
+        logger.info("process {} holds its start until {} exists", index, hold)
+        while not os.path.exists(hold) and time.monotonic() < ready_by:
+            time.sleep(0.05)
     # Bound last: a connection the kernel gives this process is accepted at once (after a
     # restart, none waits in a backlog while the shards recover). Handoff: no listener of
     # its own, a link per listener to process 0's Acceptor, greeted once the Acceptors

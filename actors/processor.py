@@ -67,6 +67,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+from bisect import bisect_left
 from collections import deque
 from functools import partial
 from itertools import islice
@@ -84,7 +85,7 @@ from actors.core.kafka_connection import (
     KafkaConnection,
     Request,
 )
-from actors.metrics import latency_key
+from actors.metrics import BUCKET_NS, latency_keys
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -116,19 +117,20 @@ WRITE_GATHER = 64  # byte pieces handed to one sendmsg
 REGION_CHUNK = 256 * 1024  # a region read into memory at a time (no sendfile)
 
 
-_METRIC_KEYS: dict[int, tuple[str, str, str, tuple[str, ...]]] = {}
+_METRIC_KEYS: dict[int, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {}
 
 
-def metric_keys(api_key: int) -> tuple[str, str, str, tuple[str, ...]]:
-    """The API's name and counter names, built once (this runs for every response)."""
+def metric_keys(api_key: int) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+    """The API's counter names, built once (this runs for every response): requests,
+    their total time, the time of each stage, the latency buckets (``latency_keys``)."""
     keys = _METRIC_KEYS.get(api_key)
     if keys is None:
         api = api_name(api_key)
         keys = _METRIC_KEYS[api_key] = (
-            api,
             f"requests_total|api={api}",
             f"request_time_ns_total|api={api}",
             tuple(f"request_stage_time_ns_total|api={api},stage={s}" for s in STAGES),
+            latency_keys(api),
         )
     return keys
 
@@ -405,11 +407,19 @@ class Processor(Actor):
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
         # POLLIN may be from before this turn's answers made the connection CLOSING
         # or put it over a bound
+        decided = False
         if mask & _POLLIN and conn.reading and conn.core.state is OPEN:
-            self._read(conn)
-        if conn.conn_id in self.conns and mask & _POLLOUT:
+            decided = self._read(conn)
+        if mask & _POLLOUT and conn.conn_id in self.conns:
             self._write(conn)
-        self._refresh(conn)
+            decided = False  # what it wrote may let the connection read again
+        if not decided:
+            self._refresh(conn)
+        elif conn.conn_id in self.conns:
+            # _take_frames decided whether it reads, after the frames it took and with
+            # nothing changed since: _refresh would decide the same (three calls a
+            # request), so only the mask is left to set
+            self._update_mask(conn)
 
     # ----------------------------------------------------------------- bounds
     def _refresh(self, conn: _Conn) -> None:
@@ -470,37 +480,42 @@ class Processor(Actor):
         """Count what the core holds against queued.max.request.bytes: its bytes, and a
         begun frame whole."""
         core = conn.core
-        charge = max(core.buffered_bytes, core.pending_frame_bytes)
+        charge = core.buffered_bytes
+        if charge:  # a frame is begun only in bytes held (nearly always none: no call)
+            charge = max(charge, core.pending_frame_bytes)
         self.request_bytes += charge - conn.buffer_charge
         conn.buffer_charge = charge
         if self.request_bytes > self.peak_request_bytes:
             self.peak_request_bytes = self.request_bytes
 
     # ------------------------------------------------------------------ read
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: _Conn) -> bool:
+        """Read what the socket has and take its frames; True when it ended in
+        ``_take_frames`` deciding whether the connection reads on, False when it read
+        nothing (nothing decided) or the connection was closed."""
         size = READ_CHUNK
         if self.max_request_bytes is not None and self.request_bytes >= self.max_request_bytes:
             # Over queued.max.request.bytes: only the rest of the frame begun, never
             # the start of the next one (Kafka reads a request into its own buffer).
             size = min(size, conn.core.pending_frame_bytes - conn.core.buffered_bytes)
             if size <= 0:
-                return
+                return False
         try:
             data = conn.sock.recv(size)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError as exc:
             self._close(conn, f"read error: {exc}")
-            return
+            return False
         if not data:
             self._close(conn, "closed by peer")
-            return
+            return False
         if conn.tls is not None:
             data = self._decrypt(conn, data)
             if conn.conn_id not in self.conns or not data:
-                return
+                return False
         conn.core.receive_data(data)
-        self._take_frames(conn)
+        return self._take_frames(conn)
 
     def _decrypt(self, conn: _Conn, data: bytes) -> bytes:
         """Feed TLS bytes to the session; the application bytes they complete (or b"")."""
@@ -558,8 +573,9 @@ class Processor(Actor):
         del conn.tls_out[:sent]
         return not conn.tls_out
 
-    def _take_frames(self, conn: _Conn) -> None:
-        """Dispatch the complete frames the core has, within the request-count bounds.
+    def _take_frames(self, conn: _Conn) -> bool:
+        """Dispatch the complete frames the core has, within the request-count bounds;
+        True when it then decided whether the connection reads (False: it was closed).
 
         Also runs when a stopped connection may read again, on bytes read
         earlier; the core refuses a bad size prefix wherever it is found.
@@ -570,7 +586,7 @@ class Processor(Actor):
             if type(event) is Request:
                 self._dispatch(conn, event)
                 if conn.conn_id not in self.conns:  # SASL closed it, answering here
-                    return
+                    return False
             elif type(event) is FrameRefused:
                 self.node.metrics.incr("requests_oversized" if event.size > 0
                                        else "requests_malformed")
@@ -579,11 +595,12 @@ class Processor(Actor):
                     "(socket.request.max.bytes)", conn.conn_id, conn.peer_host, event.size,
                     event.max_request_bytes)
                 self._close(conn, "bad request size")
-                return
+                return False
             else:  # NEED_DATA, or PAUSED at the in-flight bound
                 break
         self._charge_buffer(conn)
         self._decide_reading(conn)
+        return True
 
     def _dispatch(self, conn: _Conn, request: Request) -> None:
         seq = request.seq
@@ -977,11 +994,12 @@ class Processor(Actor):
         # this thread's counters, added to directly (a call per count was a share of a
         # small request)
         counts = self.counts
-        api, count_key, total_key, (k_q, k_local, k_remote, k_rq, k_send) = \
-            metric_keys(response.api_key)
+        # metric_keys and latency_key, inline once the API's keys are built
+        keys = _METRIC_KEYS.get(response.api_key) or metric_keys(response.api_key)
+        count_key, total_key, (k_q, k_local, k_remote, k_rq, k_send), latency = keys
         counts[count_key] += 1
         counts[total_key] += total
-        counts[latency_key(api, total)] += 1
+        counts[latency[bisect_left(BUCKET_NS, total)]] += 1
         counts[k_q] += q
         counts[k_local] += local
         counts[k_remote] += remote

@@ -54,6 +54,7 @@ class ReplicaFetcher(Actor):
         self.clock = clock
         self.leader_handlers = leader_handlers
         self.target = self._target(leader_handlers)
+        self.stopping = False  # (kept by a restart after a crash: the node still stops)
 
     def _target(self, leader_handlers: int) -> Address:
         """The leader node's handler this fetcher talks to (one, so its fetches stay in
@@ -69,6 +70,12 @@ class ReplicaFetcher(Actor):
         # per millisecond between two lives.
         self.req_ids = itertools.count(1 + ((self.clock.wall_ms() % (1 << 31)) << 20))
         self.timeouts = 0
+
+    def on_stopping(self) -> None:
+        """The node stops: no new fetch (what a fetch in flight brings is still applied).
+        A follower fetching under a producer's load kept messages moving, and the node's
+        shutdown waited its whole timeout for a quiet that never came."""
+        self.stopping = True
 
     @handles(AddFetcherPartitions)
     def on_add(self, msg: AddFetcherPartitions) -> None:
@@ -114,6 +121,10 @@ class ReplicaFetcher(Actor):
         init = self.core.to_initialise()
         if init:
             self._to_shards(init)
+        # a fetcher spawned once its node stopped intake (the metadata still moves
+        # partitions while processes 1.. stop) never got on_stopping
+        if self.stopping or self.node.intake_stopped:
+            return
         req_id = next(self.req_ids)
         rows = self.core.next_fetch(req_id, now)
         if rows:

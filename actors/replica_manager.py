@@ -1127,6 +1127,13 @@ class ReplicaManager(Actor):
         name = fetcher_name(leader, fetcher_id)
         running = self.node.actors.get(name)
         if running is None or running.actor_stopped.is_set():  # never started, or idle
+            if self.node.intake_stopped:
+                # The node stops (Kafka's ReplicaManager.shutdown stops its fetcher manager
+                # first): a LeaderAndIsr that makes it a follower meanwhile starts no fetcher
+                # (one would fetch nothing, and only hold up the node's stop)
+                self.log.debug("no replica fetcher for broker {}: the node is stopping",
+                               leader)
+                return None
             try:
                 self.node.spawn(ReplicaFetcher, name, topology=self.topology,
                                 config=self.fetcher_config, leader=leader,

@@ -686,10 +686,16 @@ class RequestHandler(Actor):
         )
 
     def poll_timeout_ms(self) -> int | None:
-        return 1000 if self.pending else None
+        if self.pending:
+            return 1000
+        # only a handled message (a request, an answer) makes one pending: the worker
+        # loop skips this actor till then (quiet_turns, inline: about once a request)
+        self._quiet_at = self.messages_handled
+        return None
 
     def on_turn(self) -> None:
         if not self.pending:
+            self._quiet_at = self.messages_handled  # as poll_timeout_ms
             return
         now = self._monotonic_ns()
         if now < self.next_sweep_ns:

@@ -40,6 +40,24 @@ TxnCoordinatorPartitions say which partitions to load and unload. A Timer tick e
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the
 transactions past their timeout and finishes those whose completion write
 failed, and those fenced (PrepareEpochFence) whose PrepareAbort write failed.
+
+With ``actor.threads = single`` the coordinators run in the worker loop of process 0
+(the broker places them), beside the handlers and shards every transaction request
+goes through, so what they do in one handler call holds up every request of that
+process. A load's Read is answered with at most LOAD_READ_MAX_BYTES over all its
+partitions plus one batch (about 50 ms of decoding a MB; actors/coordinator_reads.py
+puts the partitions an answer left out first in the next Read), and the end of a load
+restores LOAD_SLICE_IDS ids at most once a poll of the loop, not in the rounds over
+local messages between two polls (``phase`` "restoring"; 16-40 us an id were measured
+here, so 2000 take 30-80 ms), requests for a partition refused
+COORDINATOR_LOAD_IN_PROGRESS until all its ids are back. A resign, a new epoch or a
+changed partition count mid-restore drops what was restored of those partitions (a
+partition still led is loaded anew, whole). The Timer tick's ``abort_timed_out`` and
+``retry_stuck`` leave a partly restored partition's ids alone, and look only at ids
+that can be due, not at every id held (that scan took about 1-1.6 us an id here:
+100,000 ids held the loop 0.1-0.16 s a tick): the core keeps the deadlines of the
+Ongoing transactions in a heap and the ids in a PrepareX state in a set, and a tick
+looks at most at TICK_SLICE_IDS due entries a poll, the rest at the next polls.
 """
 
 from __future__ import annotations
@@ -48,7 +66,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from actors.coordinator_reads import LoadReading
+from actors.coordinator_reads import REFUSALS, REFUSED_RETRY_MS, LoadReading
 from actors.core.cluster_model import NO_LEADER
 from actors.core.inflight_appends import ID_BAND, InFlightAppends, LoadReads, id_start
 from actors.core.metadata_cache import MetadataCache
@@ -84,7 +102,6 @@ from wire.broker_messages import (
     GetStats,
     ProduceReady,
     ReadDone,
-    ReadRow,
     Schedule,
 )
 from wire.cluster_messages import CoordinatorRestarted, UpdateMetadata
@@ -121,7 +138,11 @@ TRANSACTION_STATE_CONFIGS = {
     "segment.bytes": str(100 * 1024 * 1024),  # transaction.state.log.segment.bytes
     "compression.type": "uncompressed",  # as Kafka's: the coordinator reads it plain
 }
-READ_PARTITION_MAX_BYTES = 1024 * 1024
+# ids restored in one poll of the loop at a load's end (16-40 us each on this machine)
+LOAD_SLICE_IDS = 2000
+# deadline entries (stale ones too) a tick's abort sweep looks at in one poll of the
+# loop; more go on at the next
+TICK_SLICE_IDS = 2000
 READ_TIMEOUT_MS = 5000  # a load's Read unanswered by then is overdue: read again
 APPEND_TIMEOUT_MS = 5000
 RETRY_MS = 500
@@ -211,6 +232,9 @@ class TransactionCoordinator(LoadReading, Actor):
         # __transaction_state partition -> (error, failed appends) since its last success
         self.log_failures: dict[int, tuple[int, int]] = {}
         self.complete_retry_at_ms = 0  # when to write failed completions again (0: none)
+        # _next_due_ms's cache: the earliest deadline, as of messages_handled = due_seen
+        self.due_seen = -1
+        self.due_ms: int | None = None
         self.marker_jobs: dict[str, _MarkerJob] = {}
         # WriteTxnMarkers req_id -> (transactional id, partitions, answer deadline)
         self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]], int]] = {}
@@ -226,6 +250,18 @@ class TransactionCoordinator(LoadReading, Actor):
         self.read_offsets: dict[int, int] = {}
         self.reads = LoadReads(READ_TIMEOUT_MS, READ_TIMEOUT_MAX_MS)
         self.records: dict[int, dict[bytes, bytes | None]] = {}
+        # phase "restoring": (partition, leader epoch, its records) still to restore, the
+        # last first; how far into the last one, the ids restored so far, and the
+        # partitions read by this load
+        self.restore: list[tuple[int, int, list[tuple[bytes, bytes | None]]]] = []
+        self.restore_at = 0
+        self.restore_count = 0
+        self.restore_loaded: list[int] = []
+        self.restore_slices = 0  # slices restored since the start, one a poll (GetStats)
+        self.restore_poll = -1  # the loop's poll count at the last slice
+        self.expiry_poll = -1  # the same for the tick's abort sweep (core.expiry_more)
+        self.expiry_slices = 0  # abort_timed_out calls since the start (GetStats)
+        self.expiry_slice_most = 0  # the most entries one of them looked at (GetStats)
         self.metadata = MetadataCache() if self.cluster else None
         self.refused_loading = 0
         # cluster: whether the ReplicaManager has said how many partitions the topic has
@@ -258,11 +294,10 @@ class TransactionCoordinator(LoadReading, Actor):
             return
         row = msg.rows[0]
         if row.error_code not in (NONE, TOPIC_EXISTS):
-            self.log.error("cannot create {}: {} ({}); retrying", TRANSACTION_STATE_TOPIC,
-                           ErrorCode(row.error_code).name, row.error_message)
-            self.phase = "create-retry"
-            self.retry_at_ms = self.clock.now_ms() + RETRY_MS
+            self._create_failed(row, REFUSED_RETRY_MS if row.error_code in REFUSALS
+                                else RETRY_MS)
             return
+        self.create_error_logged = None
         self._use_partition_count(row.num_partitions)
         for p in range(self.num_partitions):
             if self._owned(p):
@@ -301,21 +336,37 @@ class TransactionCoordinator(LoadReading, Actor):
     def _forget_loads(self) -> None:
         """Cluster: the ids loaded, or being loaded, under a count the topic no longer has
         are unloaded (writes in flight answered NOT_COORDINATOR) and loaded again once
-        the count is known: their lookups went to other partitions."""
-        if self.loaded:
-            self._perform(self.core.unload_partitions(set(self.loaded)))
+        the count is known: their lookups went to other partitions. A partly restored
+        partition is among them (its ids, completion retries and marker jobs would map
+        to other partitions under the new count)."""
+        held = self.loaded | set(self.core.coordinator_epochs)
+        held.update(p for p, _epoch, _items in self.restore)
+        if held:
+            self._perform(self.core.unload_partitions(held))
             self.marker_jobs.clear()
             self.log.info("unloaded {}-{}: its partition count changed or is unknown",
-                          TRANSACTION_STATE_TOPIC, sorted(self.loaded))
+                          TRANSACTION_STATE_TOPIC, sorted(held))
             self.loaded = set()
-        if self.phase in ("loading", "read-retry"):  # its late answers match nothing
+        if self.phase in ("loading", "read-retry", "restoring"):  # late answers match nothing
             self.reads.reset()
             self.read_offsets = {}
             self.records = {}
             self.phase = self.resume_phase
+        self.restore = []
+        self.restore_at = 0
         self.to_load = set(self.led)
 
-    def poll_timeout_ms(self) -> int | None:
+    def _next_due_ms(self) -> int | None:
+        """The earliest deadline anything waits on (None: none), cached: every deadline
+        is set or moved by a handled message or by on_turn's own work, so it is computed
+        again only after one of those (the scans over the marker jobs and requests are
+        O(transactions in flight)); asked at every turn of the worker loop it may share
+        with the shards, handlers and Processors, which mostly bring it nothing. A pykka
+        call is not counted: none sets a deadline here (a call that does must reset
+        ``due_seen``)."""
+        if self.messages_handled == self.due_seen:
+            return self.due_ms
+        self.due_seen = self.messages_handled
         waits = [job.retry_at_ms for job in self.marker_jobs.values()
                  if job.remaining and not job.in_flight]
         waits.extend(deadline for _t, _p, deadline in self.marker_reqs.values())
@@ -331,11 +382,41 @@ class TransactionCoordinator(LoadReading, Actor):
         due = self.reads.next_due_ms() if self.phase == "loading" else None
         if due is not None:
             waits.append(due)
-        if not waits:
+        self.due_ms = min(waits) if waits else None
+        return self.due_ms
+
+    def poll_timeout_ms(self) -> int | None:
+        if self.phase == "restoring" or self.core.expiry_more:
+            return 0  # the next slice, at the next poll
+        due = self._next_due_ms()
+        if due is None:
+            # only a handled message sets a deadline: the loop skips this actor till then
+            self.quiet_turns()
             return None
-        return max(0, min(waits) - self.clock.now_ms())
+        return max(0, due - self.clock.now_ms())
 
     def on_turn(self) -> None:
+        if self.phase == "restoring" and self.restore_poll != self._owner.loop_polls:
+            # one slice a poll of the loop: not again in its rounds over local messages
+            self.restore_poll = self._owner.loop_polls
+            self._restore_slice()
+            # a slice may set deadlines (a Prepare* id's markers, a write for markers
+            # done at once, the load's end): computed again, once a slice, not a turn
+            self.due_seen = -1
+        if self.core.expiry_more and self.expiry_poll != self._owner.loop_polls:
+            self._abort_timed_out()  # the tick's sweep goes on, a slice a poll
+            self.due_seen = -1
+        # the restore's slices are kept apart from the deadlines: the scans below (over
+        # every transaction in flight) run only when one of those has passed
+        due = self._next_due_ms()
+        if due is None:
+            # neither a restore's next slice nor the sweep's next part waits on a deadline
+            if self.phase != "restoring" and not self.core.expiry_more:
+                self.quiet_turns()  # as poll_timeout_ms
+            return
+        if self.clock.now_ms() < due:
+            return  # every step below waits on one of the deadlines of _next_due_ms
+        self.due_seen = -1  # what follows sets deadlines: computed again at the next ask
         now = self.clock.now_ms()
         expiry = self.writes.next_expiry_ms()
         if expiry is not None and now >= expiry:
@@ -374,12 +455,7 @@ class TransactionCoordinator(LoadReading, Actor):
         if not self.read_offsets:
             self._finish_load()
             return
-        by_shard: dict[Address, list[ReadRow]] = {}
-        for p, offset in self.read_offsets.items():
-            by_shard.setdefault(self.topology.shard_for(TRANSACTION_STATE_TOPIC, p), []).append(
-                ReadRow(TRANSACTION_STATE_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
-        for shard, rows in by_shard.items():
-            self._read(shard, rows)
+        self._read_all()
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:
@@ -388,20 +464,19 @@ class TransactionCoordinator(LoadReading, Actor):
         asked = self.reads.answered(msg.req_id)
         if asked is None:
             return
-        again: list[ReadRow] = []
+        rest: list[tuple[int, bool]] = []  # read on: (partition, records came)
         for row in msg.rows:
             p = row.partition
             if p not in self.read_offsets or asked.get(p) != self.read_offsets[p]:
                 continue  # unloaded, or an overdue answer for a partition read further since
             if row.error_code == OUT_OF_RANGE and row.log_start_offset > self.read_offsets[p]:
                 self.read_offsets[p] = row.log_start_offset
-                again.append(ReadRow(TRANSACTION_STATE_TOPIC, p, row.log_start_offset,
-                                     READ_PARTITION_MAX_BYTES))
+                rest.append((p, True))
                 continue
             if row.error_code != NONE:
-                self.log.warning("reading {}-{} failed with {}; retrying",
-                                 TRANSACTION_STATE_TOPIC, p, ErrorCode(row.error_code).name)
+                self._read_failed(p, row.error_code)
                 continue
+            self._read_succeeded(p)
             records, next_offset = decode_batches(bytes(row.records))
             latest = self.records.setdefault(p, {})
             for offset, key, value in records:
@@ -413,11 +488,8 @@ class TransactionCoordinator(LoadReading, Actor):
             if self.read_offsets[p] >= row.log_end_offset:
                 del self.read_offsets[p]
             else:
-                again.append(ReadRow(TRANSACTION_STATE_TOPIC, p, self.read_offsets[p],
-                                     READ_PARTITION_MAX_BYTES))
-        if again:
-            assert self.current_sender is not None
-            self._read(self.current_sender, again)
+                rest.append((p, bool(row.records)))
+        self._read_rest(rest)
         self.reads.drop_stale(self.read_offsets)
         if self.reads.waiting():
             return
@@ -429,19 +501,59 @@ class TransactionCoordinator(LoadReading, Actor):
             self._finish_load()
 
     def _finish_load(self) -> None:
-        now = self.now_ms()
-        count = 0
-        for p, latest in sorted(self.records.items()):
-            if p not in self.led:
-                continue
-            count += len(latest)
-            self._perform(self.core.load_partition(p, self.led[p], list(latest.items()), now))
-            self.loaded.add(p)
-        loaded = sorted(self.records)
+        """Every partition read: its ids are restored LOAD_SLICE_IDS at a time, at most
+        one slice a poll of the loop (``phase`` "restoring", requests for them still
+        refused), by on_turn, so the worker loop it may share serves other requests
+        between slices."""
+        self.restore = [(p, self.led[p], list(latest.items()))
+                        for p, latest in sorted(self.records.items()) if p in self.led]
+        self.restore.reverse()  # popped from the end: lowest partition first
+        self.restore_at = 0
+        self.restore_count = 0
+        self.restore_loaded = []
         self.records = {}
+        self.phase = "restoring"
+        if not self.restore:
+            self._restore_slice()  # nothing to restore: the load ends now
+        else:  # the first slice waits for the next poll: this one decoded the last answer
+            self.restore_poll = self._owner.loop_polls
+
+    def _drop_restore(self, partitions: set[int]) -> None:
+        """Resigned, elected again or unloaded: no slice of theirs is restored any more
+        (an earlier slice's ids may be gone); one still led is loaded anew, whole."""
+        if self.restore and self.restore[-1][0] in partitions:
+            self.restore_at = 0
+        self.restore = [r for r in self.restore if r[0] not in partitions]
+
+    def _restore_slice(self) -> None:
+        """Up to LOAD_SLICE_IDS of the ids being restored; the last slice ends the load."""
+        self.restore_slices += 1
+        budget = LOAD_SLICE_IDS
+        while self.restore:
+            p, epoch, items = self.restore[-1]
+            # else resigned, or elected again: loaded anew (an earlier slice may be gone)
+            if self.led.get(p) == epoch and (
+                    not self.restore_at or self.core.coordinator_epochs.get(p) == epoch):
+                part = items[self.restore_at:self.restore_at + budget]
+                if part or not self.restore_at:  # an empty partition is loaded too
+                    self._perform(self.core.load_partition(p, epoch, part, self.now_ms(),
+                                                           fresh=not self.restore_at))
+                self.restore_at += len(part)
+                self.restore_count += len(part)
+                budget -= len(part)
+                if self.restore_at < len(items):
+                    return
+                self.loaded.add(p)
+                self.restore_loaded.append(p)
+            elif p in self.led:
+                self.to_load.add(p)
+            self.restore.pop()
+            self.restore_at = 0
+            if budget <= 0 and self.restore:
+                return
         self.phase = self.resume_phase
         self.log.info("loaded {} transactional id record(s) of {} partitions {} in {} ms",
-                      count, TRANSACTION_STATE_TOPIC, loaded,
+                      self.restore_count, TRANSACTION_STATE_TOPIC, self.restore_loaded,
                       self.clock.now_ms() - self.load_started_ms)
         self._maybe_load()
 
@@ -453,13 +565,21 @@ class TransactionCoordinator(LoadReading, Actor):
         for p in resigned:
             del self.led[p]
             self.to_load.discard(p)
-        if resigned:
-            self.loaded -= resigned
+        # a new epoch for a partition held (or being restored): as on a resign, its ids,
+        # writes and marker jobs go (Kafka's onElection drops its pending markers), and
+        # it is loaded anew
+        renewed = {row.partition for row in msg.elected
+                   if self._owned(row.partition) and row.partition in self.led
+                   and self.led[row.partition] != row.leader_epoch}
+        dropped = resigned | (renewed & (self.loaded | set(self.core.coordinator_epochs)))
+        self._drop_restore(resigned | renewed)
+        if dropped:
+            self.loaded -= dropped
             for txn_id in [t for t in self.marker_jobs
-                           if self.core.partition_for(t) in resigned]:
+                           if self.core.partition_for(t) in dropped]:
                 del self.marker_jobs[txn_id]
-            self._perform(self.core.unload_partitions(resigned))
-            self.log.info("unloaded {}-{}", TRANSACTION_STATE_TOPIC, sorted(resigned))
+            self._perform(self.core.unload_partitions(dropped))
+            self.log.info("unloaded {}-{}", TRANSACTION_STATE_TOPIC, sorted(dropped))
         for row in msg.elected:
             if not self._owned(row.partition):
                 continue
@@ -551,9 +671,16 @@ class TransactionCoordinator(LoadReading, Actor):
 
     @handles(ListTxns)
     def on_list(self, msg: ListTxns) -> None:
+        if self.led and (not self.count_known or not self.loaded.issuperset(self.led)):
+            # a partition this node leads not loaded yet (the count not known, or its load
+            # under way): the list would miss its transactions (Kafka's
+            # listTransactionStates: COORDINATOR_LOAD_IN_PROGRESS while any loads)
+            self.refused_loading += 1
+            self.reply(ListTxnsDone(msg.req_id, LOAD_IN_PROGRESS, []))
+            return
         found = self.core.list_transactions(set(msg.states), set(msg.producer_ids),
                                             self.now_ms(), msg.min_duration_ms)
-        self.reply(ListTxnsDone(msg.req_id, [
+        self.reply(ListTxnsDone(msg.req_id, NONE, [
             TxnListRow(m.transactional_id, m.producer_id, m.state.kafka_name)
             for m in found if m.producer_epoch >= 0]))
 
@@ -826,12 +953,28 @@ class TransactionCoordinator(LoadReading, Actor):
         if msg.key != self.timer_id:
             return
         now = self.now_ms()
-        self._perform(self.core.abort_timed_out(now))
-        stuck = [fx for fx in self.core.retry_stuck(now)
+        self._abort_timed_out()
+        partial = {p for p in self.core.coordinator_epochs if p not in self.loaded}
+        stuck = [fx for fx in self.core.retry_stuck(now, partial)
                  if not isinstance(fx, WriteMarkers)
                  or fx.transactional_id not in self.marker_jobs]
         self._perform(list(stuck))
         self._schedule_tick()
+
+    def _abort_timed_out(self) -> None:
+        """Fence and abort the transactions past their timeout, looking at most at
+        TICK_SLICE_IDS due entries (only those due are looked at); more go on at the
+        next poll (``core.expiry_more``),
+        so a tick that finds many does not hold the loop. The ids of a partition being
+        restored wait for the rest of it (Kafka's scan sees only loaded partitions)."""
+        self.expiry_poll = self._owner.loop_polls
+        self.expiry_slices += 1
+        partial = {p for p in self.core.coordinator_epochs if p not in self.loaded}
+        visits = self.core.expiry_visits
+        effects = self.core.abort_timed_out(self.now_ms(), partial, TICK_SLICE_IDS)
+        self.expiry_slice_most = max(self.expiry_slice_most,
+                                     self.core.expiry_visits - visits)
+        self._perform(effects)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
@@ -849,13 +992,18 @@ class TransactionCoordinator(LoadReading, Actor):
             "late_write_answers": self.writes.late,
             "completions_to_retry": len(self.core.completing),
             "refused_loading": self.refused_loading,
+            "restore_slices": self.restore_slices,
+            "expiry_visits": self.core.expiry_visits,
+            "expiry_slices": self.expiry_slices,
+            "expiry_slice_most": self.expiry_slice_most,
         }
 
 
 def spawn_txn_coordinators(node: Any, topology: Topology, config: Config, clock: Any,
-                           cluster: bool = False, topic_exists: bool = False) -> None:
+                           cluster: bool = False, topic_exists: bool = False,
+                           host: str | None = None) -> None:
     """Called by the Broker at start: as many TransactionCoordinators as group coordinators."""
     for i in range(topology.num_coordinators):
         node.spawn(TransactionCoordinator, txn_coordinator_name(i), topology=topology,
                    config=config, index=i, clock=clock, cluster=cluster,
-                   topic_exists=topic_exists)
+                   topic_exists=topic_exists, **({"host": host} if host else {}))

@@ -16,8 +16,9 @@ between the processes of one broker) and each entry is one message's envelope:
 ``trace_id`` 0 means "not sampled". ``ask_id`` 0 means no reply is expected;
 otherwise the receiver answers the sender with a ``Reply`` carrying that id.
 ``send_time_ns`` is wall-clock time (``time.time_ns``) so it compares across
-hosts once the clock offset is known. The receiver node is implied by the
-socket the frame arrived on.
+hosts once the clock offset is known; it is read for a traced entry only (the hop
+and network-leg records are all that use it) and is 0 in an untraced one. The
+receiver node is implied by the socket the frame arrived on.
 
 A receiver refuses a frame over its byte limit (``actor.max.frame.bytes``)
 unread, so a sender never builds one: :func:`encode_frames` cuts what one
@@ -187,7 +188,8 @@ def frame_head(data: bytes) -> tuple[str, str, int] | None:
 
 def new_entry(type_id: int, trace_id: int, span_id: int, parent_span_id: int,
               send_time_ns: int, ask_id: int, body: Any) -> list[Any]:
-    """One message's envelope. (Actor.tell, the hot path, builds the same list inline.)"""
+    """One message's envelope (``send_time_ns`` 0 when ``trace_id`` is 0). (Actor.tell,
+    the hot path, builds the same list inline.)"""
     return [type_id, trace_id, span_id, parent_span_id, send_time_ns, ask_id, body]
 
 

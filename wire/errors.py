@@ -118,7 +118,14 @@ class CorruptMessageError(KafkaError):
 
 
 class InvalidRecordError(KafkaError):
+    """``record_errors``: (index of the record in the Produce's records, why), as
+    InvalidTimestampError's, when records are refused one by one."""
+
     code = ErrorCode.INVALID_RECORD
+
+    def __init__(self, message: str, record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
 
 
 class MessageTooLargeError(KafkaError):

@@ -180,7 +180,11 @@ class TxnListRow(NamedTuple):
 
 @message(711)
 class ListTxnsDone(NamedTuple):
+    """``error_code`` COORDINATOR_LOAD_IN_PROGRESS (and no rows) while a partition the
+    coordinator leads is loading: the list would miss its transactions."""
+
     req_id: int
+    error_code: int
     rows: list[TxnListRow]
 
 

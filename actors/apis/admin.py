@@ -24,7 +24,7 @@ from actors.apis.base import (
     group_by_shard,
     topic_change_wait_ms,
 )
-from actors.apis.metadata import _partition_rows
+from actors.apis.metadata import _partition_rows, _uuid
 from actors.core.partition_state import delete_records_wait_ms
 from actors.core.topic_config import INTERNAL_TOPICS
 from actors.runtime.address import Address
@@ -314,7 +314,8 @@ def handle_describe_topic_partitions(ctx: HandlerContext, header: Any, req: Any)
         taken = rows[:left]
         left -= len(taken)
         topics.append({
-            "error_code": NONE, "name": name, "is_internal": name in INTERNAL_TOPICS,
+            "error_code": NONE, "name": name, "topic_id": _uuid(ctx.topics[name].topic_id),
+            "is_internal": name in INTERNAL_TOPICS,
             "partitions": [{
                 "error_code": NONE, "partition_index": r["partition_index"],
                 "leader_id": r["leader_id"], "leader_epoch": r["leader_epoch"],

@@ -17,11 +17,13 @@ from typing import Any
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.core.topic_admin import AlterConfigOp
 from actors.core.topic_config import (
+    NULL_DEFAULT_KEYS,
     TOPIC_CONFIGS,
     ConfigSource,
     ConfigType,
     DescribedConfig,
     InvalidTopicError,
+    broker_synonyms,
     broker_value_text,
     describe_topic_configs,
     validate_topic_name,
@@ -39,7 +41,12 @@ TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 _INT32_MAX = 2**31 - 1
 # Broker keys whose Kafka type the Python type does not tell.
-_BROKER_TYPES = {"log.cleanup.policy": ConfigType.LIST}
+_BROKER_TYPES = {"log.cleanup.policy": ConfigType.LIST, "ssl.key.password": ConfigType.PASSWORD,
+                 "ssl.enabled.protocols": ConfigType.LIST, "ssl.cipher.suites": ConfigType.LIST,
+                 "sasl.enabled.mechanisms": ConfigType.LIST}
+# Listener lists: Kafka shows each entry with its listener name; a bare HOST:PORT (which
+# actorlog takes as PLAINTEXT) is shown so.
+_LISTENER_KEYS = ("listeners", "advertised.listeners")
 
 
 def broker_config_type(key: str) -> ConfigType:
@@ -57,18 +64,45 @@ def broker_config_type(key: str) -> ConfigType:
     return ConfigType.STRING
 
 
+def _named_listeners(text: str) -> str:
+    return ",".join(e if "://" in e else f"PLAINTEXT://{e}"
+                    for e in (e.strip() for e in text.split(",")) if e)
+
+
+def _shown(key: str, text: str | None, sensitive: bool) -> str | None:
+    if sensitive or text is None:
+        return None
+    return _named_listeners(text) if key in _LISTENER_KEYS else text
+
+
 def describe_broker_configs(config: Config) -> list[DescribedConfig]:
+    """Every broker key as Kafka's ConfigHelper.createBrokerConfigEntry gives it: the value
+    (null for a key with no default that is not set), the source of its first synonym
+    (DEFAULT_CONFIG when none) and the synonyms; a password's values are hidden. broker.id
+    is node.id under Kafka's other name (Kafka's KafkaConfig.populateSynonyms), with
+    Kafka's default (-1) as its DEFAULT_CONFIG synonym."""
     out = []
     for key in SPEC:
-        value = broker_value_text(config[key])
-        source = (ConfigSource.STATIC_BROKER_CONFIG if key in config.set_keys
-                  else ConfigSource.DEFAULT_CONFIG)
-        out.append(DescribedConfig(key, value, source, broker_config_type(key),
-                                   ((key, value, source),)))
+        kind = broker_config_type(key)
+        sensitive = kind is ConfigType.PASSWORD
+        synonyms = tuple((n, _shown(n, v, sensitive), s) for n, v, s in broker_synonyms(
+            key, config.values, config.set_keys, DEFAULTS))
+        unset = key in NULL_DEFAULT_KEYS and key not in config.set_keys
+        value = _shown(key, None if unset else broker_value_text(config[key]), sensitive)
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        out.append(DescribedConfig(key, value, source, kind, synonyms))
+        if key == "node.id":
+            # the default synonym is Kafka's broker.id default, -1 (Defaults.BrokerId: an id
+            # ZooKeeper generates), not actorlog's node.id default
+            aliased = tuple(("broker.id", "-1" if s is ConfigSource.DEFAULT_CONFIG else v, s)
+                            for _n, v, s in synonyms)
+            out.append(DescribedConfig("broker.id", value, source, kind, aliased))
     return out
 
 
 def _documentation(key: str) -> str | None:
+    if key == "broker.id":
+        return SPEC["node.id"][2]
     if key in SPEC:
         return SPEC[key][2]
     broker_key = TOPIC_CONFIGS.get(key, ("", str))[0]
@@ -136,7 +170,7 @@ def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                 "name": c.name, "value": c.value, "read_only": read_only,
                 "is_default": c.source is ConfigSource.DEFAULT_CONFIG,  # v0
                 "config_source": int(c.source),
-                "is_sensitive": False,
+                "is_sensitive": c.config_type is ConfigType.PASSWORD,
                 "synonyms": ([{"name": n, "value": v, "source": int(s)} for n, v, s in c.synonyms]
                              if synonyms_wanted and version >= 1 else []),
                 "config_type": int(c.config_type),

@@ -184,7 +184,8 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         total = 0
         errors = False
         for row in read.values():
-            total += row.size
+            # ReadDoneRow.size, inline (a call per row): the bytes wherever they are
+            total += row.region.length if row.region is not None else len(row.records)
             if row.error_code != NONE:
                 errors = True
         if total < min_bytes and req.max_wait_ms > 0 and not errors:
@@ -211,10 +212,12 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             r = read.pop((name, index), None)
             if r is None:
                 continue
-            if r.size:
+            # r.size, inline (a call per partition)
+            if r.region.length if r.region is not None else r.records:
                 r = _within_budget(r, budget, first)
-                first = first and not r.size
-                budget -= r.size
+                size = r.size
+                first = first and not size
+                budget -= size
             results[(name, index)] = r
 
     seen: set[tuple[str, int]] = set()

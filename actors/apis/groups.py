@@ -10,6 +10,7 @@ handler keeps serving other requests meanwhile.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +49,6 @@ from wire.group_messages import (
 NONE = int(ErrorCode.NONE)
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
-CLIENT_HOST = ""  # the handler is not told the connection's peer address
 
 
 def _coordinator(ctx: HandlerContext, group_id: str) -> Any:
@@ -127,13 +127,40 @@ def handle_find_coordinator(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
 # -------------------------------------------------------------------- JoinGroup
 
 
+def _client_host(ctx: HandlerContext) -> str:
+    """The member's host as Kafka keeps it: the client's address as Java prints an
+    InetAddress ("/127.0.0.1"), shown by DescribeGroups and kafka-consumer-groups.sh."""
+    return java_host(ctx.access.host)
+
+
+def java_host(host: str) -> str:
+    """``host`` (a peer address) as Java's InetAddress.toString prints it: "/" and the
+    address; an IPv6 one in full, each group in hex without leading zeros
+    ("/0:0:0:0:0:0:0:1"), an IPv4-mapped one as its IPv4 address (Java makes it an
+    Inet4Address). A name that is no address is kept as it is; "" stays ""."""
+    if not host:
+        return ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return f"/{host}"
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return f"/{address.ipv4_mapped}"
+        value = int(address)
+        groups = ":".join(f"{(value >> shift) & 0xFFFF:x}" for shift in range(112, -1, -16))
+        scope = f"%{address.scope_id}" if address.scope_id else ""
+        return f"/{groups}{scope}"
+    return f"/{address}"
+
+
 def handle_join_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     version = header.api_version
     protocols = [JoinProtocolRow(p.name, bytes(p.metadata)) for p in req.protocols]
     done: JoinGroupDone
     [done] = yield [Call(_coordinator(ctx, req.group_id), lambda rid: JoinGroup(
         rid, req.group_id, req.member_id or "", req.group_instance_id, header.client_id or "",
-        CLIENT_HOST, req.protocol_type, protocols, req.session_timeout_ms,
+        _client_host(ctx), req.protocol_type, protocols, req.session_timeout_ms,
         req.rebalance_timeout_ms if version >= 1 else -1, version >= 4),
         max_wait_ms=max(req.session_timeout_ms, req.rebalance_timeout_ms if version >= 1 else 0))]
     protocol_name = done.protocol_name

@@ -267,6 +267,12 @@ def handle_list_transactions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
     replies: list[ListTxnsDone] = yield [
         Call(address, lambda rid: ListTxns(rid, states, producer_ids, duration_ms))
         for address in all_txn_coordinators(ctx.topology)]
+    # any of this broker's coordinators still loading: the whole list is refused, as the
+    # others' rows alone would miss its transactions
+    error = next((r.error_code for r in replies if r.error_code != NONE), NONE)
+    if error != NONE:
+        return Respond({"throttle_time_ms": 0, "error_code": error,
+                        "unknown_state_filters": [], "transaction_states": []})
     rows = [r for reply in replies for r in reply.rows]
     if filters and not states:
         rows = []  # only unknown states asked for: none match

@@ -24,8 +24,8 @@ A shell's contract, in full:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Hashable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any
 
@@ -87,6 +87,14 @@ class NewTopicsFound:
     """Topics that appeared in the store without this controller creating them."""
 
     topics: Mapping[str, TopicRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsGone:
+    """Topics whose znodes went away without this controller deleting them (an operator
+    removed ``/brokers/topics/<name>``): as Kafka's processTopicChange, forgotten."""
+
+    topics: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +297,7 @@ Event = (
     | AlterPartitionRequest | ControlledShutdownRequest | ElectLeaders | AutoLeaderRebalance
     | TopicConfigsChanged | MetadataWritten | MetadataWriteFailed | ReplicasOffline
     | TopicIdsConfirmed | AlterPartitionReassignments | ListPartitionReassignments
-    | RetryReassignments
+    | RetryReassignments | TopicsGone
 )
 
 
@@ -368,6 +376,30 @@ MetadataWrite = (
     CreateTopicZnodes | SetTopicAssignment | CreatePartitionStates | UpdatePartitionStates
     | MarkTopicsForDeletion | DeleteTopicZnodes | RemoveTopicDeletionMarkers
 )
+
+
+def without_topics(write: MetadataWrite, topics: Collection[str]) -> MetadataWrite | None:
+    """``write`` without what it writes for ``topics`` (forgotten: :class:`TopicsGone`), or
+    None if nothing is left: a shell drops them from the writes it retries, as the core
+    drops their outcomes (a conditional write of a removed topic must not land on the
+    znodes of a topic made under its name later). Removing deletion markers is kept: a
+    marker left would delete such a namesake. So is every DeleteTopicZnodes: a finished
+    deletion's removes what the operator left, the config (the core refuses the name
+    until it lands or fails); one of a deletion not finished is never pending (it is
+    written only once every replica is deleted), so keeping it is harmless."""
+    if isinstance(write, (CreatePartitionStates, UpdatePartitionStates)):
+        states = {tp: s for tp, s in write.states.items() if tp.topic not in topics}
+        if len(states) == len(write.states):
+            return write
+        return replace(write, states=states) if states else None
+    if isinstance(write, (CreateTopicZnodes, SetTopicAssignment)):
+        return None if write.topic in topics else write
+    if isinstance(write, MarkTopicsForDeletion):
+        left = tuple(t for t in write.topics if t not in topics)
+        if len(left) == len(write.topics):
+            return write
+        return replace(write, topics=left) if left else None
+    return write
 
 
 # ====================================================== effects: nodes, replies, log

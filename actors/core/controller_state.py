@@ -37,6 +37,24 @@ The rules (Kafka's):
   and in the ISR.
 * new partitions: the first live assigned replica leads, the live replicas
   form the ISR.
+
+A topic whose znodes an operator removes by hand (not DeleteTopics) is
+forgotten, as Kafka's processTopicChange does (TopicsGone): no election, ISR
+or reassignment work for it again, what was in flight for it given up. The
+nodes are told nothing and keep its replicas (as in Kafka): removing them is
+the operator's. The limitation, as in Kafka: its name is not usable again
+while they remain. In Kafka the same controller never sends a namesake's
+partitions a LeaderAndIsr (their election fails for want of a partition
+state znode); only a later controller sends them, and the brokers holding
+the removed topic's replicas answer INCONSISTENT_TOPIC_ID. Here the nodes holding the removed
+topic's roles fence a namesake's roles by leader epoch, so refuse them while
+the namesake's leader epoch is at or below theirs. This controller refuses a
+CreateTopics of the name INVALID_TOPIC_EXCEPTION (Kafka's code for a name
+unusable for another topic's sake, a colliding one; not TOPIC_ALREADY_EXISTS,
+which its callers take for success), saying why and the remedy, for as long
+as it is the controller, unless the removed topic's own znodes (its id) are
+written back; a topic made under the name otherwise (its znode written
+directly, or by a later controller) is not refused.
 """
 
 from __future__ import annotations
@@ -114,7 +132,9 @@ from actors.core.controller_events import (
     TopicDeletionsRequested,
     TopicIdsConfirmed,
     TopicResult,
+    TopicsGone,
     UpdatePartitionStates,
+    without_topics,
 )
 from actors.core.controller_fsm import (
     IllegalStateTransition,
@@ -219,6 +239,10 @@ class _TopicWrite:
     # gone) instead of the result, where the executor read it (MetadataWritten.topics:
     # an adoption's clearing)
     on_conflict: Callable[[TopicAssignment | None], None] | None = None
+    topic: str = ""  # the topic written: its write is given up if the topic is forgotten
+    # then called (with why) instead of ``on_failed``, if given
+    on_forgotten: Callable[[str], None] | None = None
+    deletes: bool = False  # a finished deletion's DeleteTopicZnodes (kept if it goes)
 
 
 @dataclass
@@ -327,6 +351,18 @@ class ControllerCore:
         # each at the version the last one left)
         self._assignment_queue: dict[str, list[_AssignmentWrite]] = {}
         self._assignment_in_flight: set[str] = set()
+        # topics whose znodes were removed under this controller (TopicsGone): their
+        # replicas may remain on the nodes, so their names are refused to CreateTopics;
+        # each with the removed topic's id ("" none): the same topic's znodes written back
+        # (NewTopicsFound of that id) lift the refusal
+        self._removed: dict[str, str] = {}
+        # topics whose deletion had finished (every replica deleted) when their znodes
+        # went, their last DeleteTopicZnodes still pending: refused as marked for
+        # deletion until it lands (it removes their config znode too)
+        self._finishing: set[str] = set()
+        # topics TopicsGone is forgetting: the answers its given-up callbacks make while
+        # they are still known leave them out (UNKNOWN_TOPIC_OR_PARTITION)
+        self._forgetting: set[str] = set()
 
     @property
     def reassign_retry_pending(self) -> bool:
@@ -372,7 +408,8 @@ class ControllerCore:
         return [TopicPartition(topic, p) for p in sorted(self.topics[topic].assignment.partitions)]
 
     def all_partitions(self) -> list[TopicPartition]:
-        return [tp for topic in sorted(self.topics) for tp in self.partitions_of(topic)]
+        return [tp for topic in sorted(self.topics) if topic not in self._forgetting
+                for tp in self.partitions_of(topic)]
 
     def _unclean(self, topic: str) -> bool:
         record = self.topics.get(topic)
@@ -409,6 +446,8 @@ class ControllerCore:
             self._on_brokers_changed(event.brokers)
         elif isinstance(event, NewTopicsFound):
             self._on_new_topics_found(event.topics)
+        elif isinstance(event, TopicsGone):
+            self._on_topics_gone(event.topics)
         elif isinstance(event, CreateTopics):
             self._on_create_topics(event)
         elif isinstance(event, CreatePartitions):
@@ -622,7 +661,7 @@ class ControllerCore:
 
         write_id = self._write(lambda w: SetTopicAssignment(w, topic, assignment,
                                                             clear_adoption=True))
-        self._topic_writes[write_id] = _TopicWrite(on_result, failed, on_conflict)
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed, on_conflict, topic)
 
     def _topic_ids_of(self, topics: Iterable[str]) -> dict[str, str]:
         """The ids of these topics that have one: a node's shard deletes, never opens, a
@@ -667,7 +706,7 @@ class ControllerCore:
                     assignment, version=result.version))
 
             write_id = self._write(partial(SetTopicAssignment, topic=name, assignment=assignment))
-            self._topic_writes[write_id] = _TopicWrite(on_result, lambda _m: None)
+            self._topic_writes[write_id] = _TopicWrite(on_result, lambda _m: None, topic=name)
 
     def _configs_of(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
         """The configs of these topics, for the nodes (they open logs and answer DescribeConfigs
@@ -1180,12 +1219,140 @@ class ControllerCore:
     # ------------------------------------------------------------ topic creation
     def _on_new_topics_found(self, topics: Mapping[str, TopicRecord]) -> None:
         fresh = {name: rec for name, rec in topics.items() if name not in self.topics}
+        for name, rec in fresh.items():
+            # the removed topic itself, its znodes written back: no namesake to refuse
+            if self._removed.get(name) and self._removed[name] == rec.assignment.topic_id:
+                del self._removed[name]
         added = {name: self._add_topic(name, fresh[name]) for name in sorted(fresh)}
         # an older version's topic: its id is written before its partitions' states, so
         # (the writes done in order) their first LeaderAndIsr carries it
         self._assign_topic_ids(fresh)
         for name in sorted(added):
             self._init_new_partitions(added[name])
+
+    def _on_topics_gone(self, topics: frozenset[str]) -> None:
+        """Kafka's processTopicChange -> removeTopic: a topic whose znodes an operator
+        removed (not a DeleteTopics) is forgotten: its assignment, states, reassignment
+        memory, a deletion under way (its marker removed: left, it would delete a topic
+        made under the name later). As Kafka, the nodes are told nothing and nothing is
+        deleted: its replicas stay on the nodes, the operator's to remove. Unlike Kafka, its
+        partitions' and replicas' state machine entries go too.
+
+        The writes still pending for it (retried by the shell, which drops them too, or
+        queued behind one) are given up: their callbacks run now, while the topic is still
+        known, with a failure (so a request waiting on one is answered), and nothing they
+        would write or send for the topic goes out. Its name is then refused to
+        CreateTopics (``_removed``) until that topic's znodes are written back (the same
+        topic id: the refusal lifts) or the controller moves: the nodes keep the removed
+        topic's leader epochs and logs, so a namesake's partitions would never lead
+        (Kafka's controller refuses them the move to NewPartition, its brokers answer
+        INCONSISTENT_TOPIC_ID); a CreateTopics is told why instead. A DeleteTopics whose
+        every replica was deleted, only its last write (the znodes') pending, is finished
+        instead: its name is refused as marked for deletion (``_finishing``) until that
+        write, kept, lands or fails, then free."""
+        gone = sorted(topics & set(self.topics))
+        if not gone:
+            return
+        self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the znodes of "
+                  f"topic(s) {', '.join(gone)} were removed: forgotten")
+        why = "its znodes were removed from the metadata store meanwhile"
+        self._forgetting = set(gone)
+        try:
+            self._forget_topics(gone, why)
+        finally:
+            self._forgetting = set()
+
+    def _forget_topics(self, gone: list[str], why: str) -> None:
+        tps = {tp for topic in gone for tp in self.partitions_of(topic)}
+        # a DeleteTopics whose every replica was deleted, its last write (the znodes')
+        # pending: finished, not forgotten (its offsets go, its name is free once that
+        # write lands: it is kept, and deletes what the operator left, the config)
+        finished = {topic for topic in gone if topic in self.deleting and all(
+            self.replica_fsm.state((tp, r)) is _R.DELETION_SUCCESSFUL
+            for tp in self.partitions_of(topic) for r in self.assignment(tp))}
+        ids = {topic: self.topics[topic].assignment.topic_id or "" for topic in gone}
+        # callbacks first, the topic still known (none raises on it)
+        for topic in gone:
+            for item in self._assignment_queue.pop(topic, []):
+                item.then(int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"topic {topic!r}: {why}")
+        for write_id, topic_write in list(self._topic_writes.items()):
+            if topic_write.topic not in gone:
+                continue
+            if topic_write.deletes and topic_write.topic in finished:
+                name = topic_write.topic
+                self._finishing.add(name)
+                self._topic_writes[write_id] = _TopicWrite(
+                    partial(self._finishing_written, name), partial(self._finishing_failed, name))
+                continue
+            del self._topic_writes[write_id]
+            if topic_write.on_forgotten is not None:
+                topic_write.on_forgotten(why)
+            elif topic_write.deletes:
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the "
+                          f"deletion of topic {topic_write.topic!r} given up: {why}")
+            else:
+                topic_write.on_failed(why)
+        for write_id, change in list(self._changes.items()):
+            dropped = [tp for tp in change.proposals if tp in tps]
+            for tp in dropped:
+                del change.proposals[tp]
+                change.outcomes[tp] = f"partition {tp}: {why}"
+            if dropped and not change.proposals:
+                del self._changes[write_id]
+                if change.done is not None:
+                    change.done(change.outcomes)
+        self.replica_fsm.forget([k for k in self.replica_fsm.snapshot() if k[0] in tps])
+        self.partition_fsm.forget(tps)
+        for tp in tps:
+            self._forget_reassignment(tp)
+            self.states.pop(tp, None)
+            self._confirmed.pop(tp, None)
+            self.failed_replicas.pop(tp, None)
+            self._removed_pending.pop(tp, None)
+            self._um_partitions.pop(tp, None)
+            for lai in self._lai.values():
+                lai.pop(tp, None)
+            for stop in self._stop.values():
+                stop.pop(tp, None)
+        # what those callbacks wrote for it (the removal of its marker aside)
+        self._writes = [w for w in (without_topics(w, gone) for w in self._writes)
+                        if w is not None]
+        marked = [topic for topic in gone if topic in self.deleting]
+        if marked:
+            self._write(lambda w: RemoveTopicDeletionMarkers(w, tuple(marked)))
+        for topic in gone:
+            self.topics.pop(topic)
+            self._unindex_name(topic)
+            self.deleting.discard(topic)
+            self._clearing.discard(topic)
+            self._assignment_in_flight.discard(topic)
+            if topic in finished:
+                # the nodes' group coordinators drop its offsets (as a DeleteTopics' end)
+                self._um_deleted[topic] = ids[topic]
+            else:
+                self._removed[topic] = ids[topic]
+        if finished:
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the deletion "
+                      f"of topic(s) {', '.join(sorted(finished))} had finished: deleted")
+            self._update_metadata()
+
+    def _finishing_written(self, topic: str, _key: Any, result: WriteResult) -> None:
+        """A finished deletion's DeleteTopicZnodes, its topic's znodes removed by hand
+        meanwhile, landed: the name is free."""
+        if not result.ok:
+            self._finishing_failed(topic, result.message or result.code.value)
+            return
+        self._finishing.discard(topic)
+
+    def _finishing_failed(self, topic: str, message: str) -> None:
+        """It failed: the name is free all the same (the deletion had finished, its
+        replicas deleted; at most its config znode is left, which a CreateTopics of the
+        name overwrites). Refused on, a caller would take TOPIC_ALREADY_EXISTS for its
+        topic made, for this controller's tenure."""
+        self._finishing.discard(topic)
+        self._log(f"controller {self.config.broker_id} epoch {self.epoch}: deleting what "
+                  f"was left of topic {topic!r} (its config) failed: {message}; left in "
+                  f"the metadata store")
 
     def _on_create_topics(self, event: CreateTopics) -> None:
         request, dupes = self._unique_topics_request(
@@ -1250,11 +1417,19 @@ class ControllerCore:
 
     def _plan_topic(self, topic: NewTopic) -> tuple[dict[int, tuple[int, ...]], dict[str, str]]:
         validate_topic_name(topic.name)
-        if topic.name in self.deleting:
+        if topic.name in self.deleting or topic.name in self._finishing:
             raise KafkaError(f"topic {topic.name!r} is marked for deletion",
                              ErrorCode.TOPIC_ALREADY_EXISTS)
         if topic.name in self.topics:
             raise KafkaError(f"topic {topic.name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        if topic.name in self._removed:
+            raise KafkaError(
+                f"topic {topic.name!r} was removed from ZooKeeper by hand (its znodes "
+                f"deleted, not by DeleteTopics): its replicas may remain on the brokers, "
+                f"whose logs and leader epochs would fence a new topic of that name; "
+                f"delete its partition directories on the brokers (the refusal lasts until "
+                f"the controller moves)",
+                ErrorCode.INVALID_TOPIC_EXCEPTION)
         eligible = self.eligible()
         if topic.assignment is not None:
             if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -1421,8 +1596,9 @@ class ControllerCore:
 
         # its id, and whether it was adopted, kept with the rest
         assignment = replace(record.assignment, partitions=partitions)
+        # (fail_fast: never pending retry, so never given up by a TopicsGone)
         write_id = self._write(lambda w: SetTopicAssignment(w, name, assignment))
-        self._topic_writes[write_id] = _TopicWrite(on_result, failed)
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed, topic=name)
 
     # ------------------------------------------------------------ topic deletion
     def _on_delete_topics(self, event: DeleteTopics) -> None:
@@ -1592,6 +1768,8 @@ class ControllerCore:
                       f"znodes of topic {topic!r} failed: {message}")
 
         def on_result(_key: Any, result: WriteResult) -> None:
+            if topic not in self.topics:
+                return  # forgotten meanwhile (TopicsGone gives its writes up: not expected)
             if not result.ok:
                 failed(result.message or result.code.value)
                 return
@@ -1612,7 +1790,7 @@ class ControllerCore:
             self._update_metadata()
 
         write_id = self._write(lambda w: DeleteTopicZnodes(w, topic))
-        self._topic_writes[write_id] = _TopicWrite(on_result, failed)
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed, topic=topic, deletes=True)
 
     # ---------------------------------------------------------------- ISR changes
     def _on_isr_changed(self, states: Mapping[TopicPartition, LeaderAndIsr]) -> None:
@@ -1656,6 +1834,12 @@ class ControllerCore:
                 if isinstance(outcome, LeaderAndIsr):
                     self._rejoined(tp, outcome.isr)
                     results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, outcome)
+                    continue
+                if tp.topic in self._forgetting or tp.topic not in self.topics:
+                    # given up as its topic went (or answered after, its change shared
+                    # with another topic's partition): as Kafka, a topic it no longer knows
+                    results[tp] = PartitionResult(
+                        tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), outcome, None)
                     continue
                 current = self.states.get(tp)
                 proposal = asked[tp]
@@ -1972,6 +2156,9 @@ class ControllerCore:
             for tp, outcome in outcomes.items():
                 if isinstance(outcome, LeaderAndIsr):
                     results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, outcome)
+                elif tp.topic in self._forgetting or tp.topic not in self.topics:
+                    results[tp] = PartitionResult(
+                        tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), outcome, None)
                 else:
                     results[tp] = PartitionResult(
                         tp, int(not_available), outcome or f"no eligible leader for {tp}",
@@ -2528,8 +2715,12 @@ class ControllerCore:
             self._assignment_queue[topic] = queued + self._assignment_queue.get(topic, [])
             self._flush_assignment_writes(topic, attempt + 1)
 
+        def forgotten(message: str) -> None:
+            finish(int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"topic {topic!r}: {message}")
+
         write_id = self._write(lambda w: SetTopicAssignment(w, topic, written, fail_fast=False))
-        self._topic_writes[write_id] = _TopicWrite(on_result, failed, on_conflict)
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed, on_conflict, topic,
+                                                   forgotten)
 
     def _on_list_reassignments(self, event: ListPartitionReassignments) -> None:
         """Kafka's processListPartitionReassignments: the partitions asked for (or all)

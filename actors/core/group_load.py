@@ -30,6 +30,8 @@ from actors.core.offsets_codec import (
     OffsetCommitValue,
     OffsetsRecordError,
     Record,
+    RecordKey,
+    RecordValue,
     decode_record,
 )
 from wire.errors import ErrorCode
@@ -52,19 +54,28 @@ class GroupLoad(GroupCoreBase):
         version we do not know are skipped and counted in ``skipped_records``;
         a record that is corrupt raises :class:`OffsetsRecordError`.
         """
-        metadata: dict[str, GroupMetadataValue | None] = {}
-        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        decoded: list[tuple[RecordKey, RecordValue | None]] = []
         for rec in records:
             key_bytes, value_bytes = (
                 (rec.key, rec.value) if isinstance(rec, Record) else (rec[0], rec[1])
             )
             try:
-                key, value = decode_record(key_bytes, value_bytes)
+                decoded.append(decode_record(key_bytes, value_bytes))
             except OffsetsRecordError as e:
                 if str(e).startswith("unknown __consumer_offsets key version"):
                     self.skipped_records += 1
                     continue
                 raise
+        return self.load_decoded(decoded, now_ms)
+
+    def load_decoded(self, records: Iterable[tuple[RecordKey, RecordValue | None]],
+                     now_ms: int) -> list[Effect]:
+        """:meth:`load` of records already decoded (``decode_record``), oldest first. Only
+        the groups the records name are replaced, so records given group by group, in
+        any number of calls, rebuild the same groups as one call with them all."""
+        metadata: dict[str, GroupMetadataValue | None] = {}
+        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        for key, value in records:
             if isinstance(key, OffsetCommitKey):
                 group_offsets = offsets.setdefault(key.group, {})
                 if value is None:
@@ -83,7 +94,7 @@ class GroupLoad(GroupCoreBase):
                     offsets.pop(key.group, None)
         fx: list[Effect] = []
         for gid in set(metadata) | set(offsets):
-            old = self._groups.pop(gid, None)
+            old = self._release(gid)
             if old is not None:
                 self._forget_timers(old, fx)
             value = metadata.get(gid)
@@ -93,7 +104,7 @@ class GroupLoad(GroupCoreBase):
             group = GroupMetadata(gid, offsets=dict(group_offsets))
             if value is not None:
                 self._restore_group(group, value, now_ms, fx)
-            self._groups[gid] = group
+            self._hold(group)
         return fx
 
     def _restore_group(
@@ -127,10 +138,22 @@ class GroupLoad(GroupCoreBase):
     def unload(self, partitions: Collection[int]) -> list[Effect]:
         """Forget the groups of these ``__consumer_offsets`` partitions (Kafka's
         removeGroupsForPartition): another node leads them now. Members parked in a
-        JoinGroup or SyncGroup are answered NOT_COORDINATOR, so they find the new one."""
+        JoinGroup or SyncGroup are answered NOT_COORDINATOR, so they find the new one.
+        Their offsets of open transactions go too (Kafka keeps them in the group's
+        GroupMetadata, dropped with it, and removeGroupFromAllProducers): the next leader
+        reads them from the log and settles them at the markers it meets, which this
+        node does not see; kept here, they would stay pending for ever after a load anew
+        (OffsetFetch's require_stable answered UNSTABLE_OFFSET_COMMIT) or be made the
+        group's offsets by a marker of a later load."""
         fx: list[Effect] = []
-        for gid in [g for g in self._groups if self.partition_for(g) in partitions]:
-            group = self._groups.pop(gid)
+        for pid, by_group in list(self._txn_offsets.items()):
+            for gid in [g for g in by_group if self.partition_for(g) in partitions]:
+                del by_group[gid]
+            if not by_group:
+                del self._txn_offsets[pid]
+        for gid in self.groups_in(partitions):
+            group = self._release(gid)
+            assert group is not None
             self._forget_timers(group, fx)
             for member in group.members.values():
                 if member.join_request_id is not None:

@@ -106,7 +106,7 @@ class GroupMembership(GroupCoreBase):
             group = GroupMetadata(group_id)
             self._join_unknown(group, args, require_known_member_id, now_ms, fx)
             if group.members or group.pending_members:
-                self._groups[group_id] = group
+                self._hold(group)
         elif is_unknown and len(group.members) >= self.config.group_max_size:
             self._respond(
                 fx, request_id, _join_error(UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from actors.core.group_base import (
     _OFFSET_STORE_ERRORS,
@@ -40,6 +40,12 @@ from wire.errors import ErrorCode
 CONSUMER_PROTOCOL_TYPE = "consumer"
 # completed topic deletions a coordinator remembers, to apply a resent one once
 DELETIONS_REMEMBERED = 4096
+# a topic deletion's tombstones share an append per __consumer_offsets partition, at most
+# this many records and about this many bytes of keys a batch (under 80 KB with the
+# records' overhead): well under message.max.bytes (1 MB by default), also where an admin
+# lowered it
+TOMBSTONES_PER_APPEND = 1000
+TOMBSTONE_BYTES_PER_APPEND = 64 * 1024
 
 
 def subscribed_topics(subscription: bytes) -> set[str] | None:
@@ -148,7 +154,7 @@ class GroupOffsets(GroupCoreBase):
         if not records:
             return self._respond(fx, request_id, OffsetCommitResponse(tuple(order)))
         if new_group:
-            self._groups[group.group_id] = group
+            self._hold(group)
         append_id = self._append(group, tuple(records), fx)
         self._pending_appends[append_id] = _PendingCommit(request_id, group, order, offsets)
         return fx
@@ -240,21 +246,36 @@ class GroupOffsets(GroupCoreBase):
         kept for the message's shape and the log.
         """
         del started, now_ms
+        return self._remove_topics(self.new_completions(completed, record=True))
+
+    def new_completions(self, completed: Mapping[str, str], record: bool = False) -> set[str]:
+        """The names of ``completed`` not applied before (``record``: now marked applied)."""
         fences: set[str] = set()
         for name, topic_id in completed.items():
             key = (name, topic_id)
             if key in self._deletions_done:
                 continue
-            self._deletions_done[key] = None
-            if len(self._deletions_done) > DELETIONS_REMEMBERED:
-                del self._deletions_done[next(iter(self._deletions_done))]
+            if record:
+                self._deletions_done[key] = None
+                if len(self._deletions_done) > DELETIONS_REMEMBERED:
+                    del self._deletions_done[next(iter(self._deletions_done))]
             fences.add(name)
-        return self._remove_topics(fences)
+        return fences
 
-    def _remove_topics(self, names: set[str]) -> list[Effect]:
-        """Every group loses its offsets of ``names``, with tombstones: committed ones,
-        those of commits still being appended (their records are in the log before the
-        tombstones) and those of open transactions (Kafka's GroupMetadata.removeOffsets)."""
+    def topics_deleted_in(self, topics: set[str], partitions: set[int] | None) -> list[Effect]:
+        """Deletions met while the groups of ``partitions`` (None: all) were being loaded,
+        applied to those groups once they are: the groups held then had them on arrival,
+        and those restored after would have the deleted topics' offsets back."""
+        return self._remove_topics(topics, partitions)
+
+    def _remove_topics(self, names: set[str],
+                       partitions: Collection[int] | None = None) -> list[Effect]:
+        """Every group (of ``partitions`` of __consumer_offsets, if given) loses its
+        offsets of ``names``, with tombstones: committed ones, those of commits still
+        being appended (their records are in the log before the tombstones) and those of
+        open transactions (Kafka's GroupMetadata.removeOffsets). Given partitions, only
+        their groups are looked at (the index ``unload`` uses), not every group held: a
+        single node's load applies the deletions it held to each partition restored."""
         fx: list[Effect] = []
         if not names:
             return fx
@@ -262,27 +283,59 @@ class GroupOffsets(GroupCoreBase):
         # a commit still being appended is in the log before the tombstone: it goes too
         gone: dict[str, tuple[GroupMetadata, set[TopicPartition]]] = {}
         for pending in self._pending_appends.values():
-            if isinstance(pending, _PendingCommit):
+            if isinstance(pending, _PendingCommit) and (
+                    partitions is None
+                    or self.partition_for(pending.group.group_id) in partitions):
                 tps = [tp for tp in pending.offsets if tp[0] in names]
                 for tp in tps:
                     del pending.offsets[tp]
                 if tps:
                     gone.setdefault(pending.group.group_id, (pending.group, set()))[1].update(tps)
-        for group in self._groups.values():
+        for group in self.groups_of(partitions):
             tps = [tp for tp in group.offsets if tp[0] in names]
             for tp in tps:
                 del group.offsets[tp]
             if tps:
                 gone.setdefault(group.group_id, (group, set()))[1].update(tps)
+        # the tombstones of many groups share an append per partition of
+        # __consumer_offsets (Kafka's cleanupGroupMetadata appends one per group): a
+        # topic every group consumed made one append per group, each encoded, sent,
+        # written and waited for on its own (20,000 groups: 20,000 appends, in the worker
+        # loop the shards share); a batch of at most TOMBSTONES_PER_APPEND records or
+        # about TOMBSTONE_BYTES_PER_APPEND bytes. A failed append is not sent again (nor
+        # is Kafka's, appended with acks 0 and its error only logged): the offsets are
+        # gone from memory but not from the log, and a load after a failover brings
+        # them back (a later deletion of the topic or the offsets' retention removes
+        # them). Sent again it could be written after a commit of the same key
+        # acknowledged meanwhile (the topic made anew, the append that failed by a
+        # timeout written after all) and lose that commit at the next load, which is
+        # worse. The batch enlarges the hole: one failure loses up to
+        # TOMBSTONES_PER_APPEND records of many groups, not one group's.
+        by_partition: dict[int, list[Record]] = {}
         for group, taken in gone.values():
-            self._append(group, tuple(offset_tombstone(group.group_id, t, p)
-                                      for t, p in sorted(taken)), fx)
+            by_partition.setdefault(self.partition_for(group.group_id), []).extend(
+                offset_tombstone(group.group_id, t, p) for t, p in sorted(taken))
+        for partition, tombstones in sorted(by_partition.items()):
+            batch: list[Record] = []
+            size = 0
+            for record in tombstones:
+                if batch and (len(batch) >= TOMBSTONES_PER_APPEND
+                              or size + len(record.key) > TOMBSTONE_BYTES_PER_APPEND):
+                    self._append_to(partition, tuple(batch), fx)
+                    batch, size = [], 0
+                batch.append(record)
+                size += len(record.key)
+            self._append_to(partition, tuple(batch), fx)
         for pending in self._pending_appends.values():  # in an open transaction
-            if isinstance(pending, _PendingTxnCommit):
+            if isinstance(pending, _PendingTxnCommit) and (
+                    partitions is None
+                    or self.partition_for(pending.group.group_id) in partitions):
                 for tp in [tp for tp in pending.offsets if tp[0] in names]:
                     del pending.offsets[tp]
         for by_group in self._txn_offsets.values():
-            for offsets in by_group.values():
+            for group_id, offsets in by_group.items():
+                if partitions is not None and self.partition_for(group_id) not in partitions:
+                    continue  # (groups with open transactions: few next to those held)
                 for tp in [tp for tp in offsets if tp[0] in names]:
                     del offsets[tp]
         return fx
@@ -387,7 +440,7 @@ class GroupOffsets(GroupCoreBase):
         if not records:
             return self._respond(fx, request_id, OffsetCommitResponse(tuple(order)))
         if new_group:
-            self._groups[group_id] = group
+            self._hold(group)
         append_id = self._append(group, tuple(records), fx, (producer_id, producer_epoch))
         self._pending_appends[append_id] = _PendingTxnCommit(request_id, group, producer_id,
                                                              order, offsets)
@@ -396,8 +449,11 @@ class GroupOffsets(GroupCoreBase):
     def _on_txn_commit_appended(self, pending: _PendingTxnCommit, error_code: ErrorCode,
                                 fx: list[Effect]) -> None:
         if error_code is ErrorCode.NONE:
-            by_group = self._txn_offsets.setdefault(pending.producer_id, {})
-            by_group.setdefault(pending.group.group_id, {}).update(pending.offsets)
+            if self._groups.get(pending.group.group_id) is pending.group:
+                by_group = self._txn_offsets.setdefault(pending.producer_id, {})
+                by_group.setdefault(pending.group.group_id, {}).update(pending.offsets)
+            # else its partition was unloaded meanwhile (and maybe loaded anew, from the
+            # log, which has this commit): not held here, as unload drops them
             code = ErrorCode.NONE
         elif error_code is ErrorCode.INVALID_PRODUCER_EPOCH:
             code = ErrorCode.PRODUCER_FENCED
@@ -439,7 +495,7 @@ class GroupOffsets(GroupCoreBase):
             if not isinstance(key, OffsetCommitKey) or not isinstance(value, OffsetCommitValue):
                 continue
             if key.group not in self._groups:
-                self._groups[key.group] = GroupMetadata(key.group)
+                self._hold(GroupMetadata(key.group))
             self._txn_offsets.setdefault(producer_id, {}).setdefault(key.group, {})[
                 (key.topic, key.partition)] = OffsetAndMetadata(
                     value.offset, value.leader_epoch, value.metadata, value.commit_timestamp_ms)

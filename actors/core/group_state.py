@@ -64,7 +64,7 @@ with that partition's leader).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from actors.core.group_base import (
     GroupCoreBase,
@@ -187,16 +187,19 @@ class GroupCoordinatorCore(GroupMembership, GroupOffsets, GroupLoad, GroupCoreBa
     # --- ListGroups / DescribeGroups / DeleteGroups ----------------------------------
 
     def list_groups(
-        self, request_id: RequestId, states: Sequence[str] | None = None
+        self, request_id: RequestId, states: Sequence[str] | None = None,
+        partitions: Collection[int] | None = None, error: ErrorCode = ErrorCode.NONE,
     ) -> list[Effect]:
-        """ListGroups; ``states`` (v4+) keeps only groups in those states (by Kafka name)."""
+        """ListGroups; ``states`` (v4+) keeps only groups in those states (by Kafka name),
+        ``partitions`` only the groups of those partitions of __consumer_offsets (a single
+        node's load: those restored, answered with ``error`` COORDINATOR_LOAD_IN_PROGRESS)."""
         wanted = set(states) if states else None
         groups = tuple(
             GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
-            for g in self._groups.values()
+            for g in self.groups_of(partitions)
             if wanted is None or g.state.value in wanted
         )
-        return [Respond(request_id, ListGroupsResponse(ErrorCode.NONE, groups))]
+        return [Respond(request_id, ListGroupsResponse(error, groups))]
 
     def describe_groups(self, request_id: RequestId, group_ids: Sequence[str],
                         refused: Mapping[str, ErrorCode] | None = None) -> list[Effect]:
@@ -257,7 +260,7 @@ class GroupCoordinatorCore(GroupMembership, GroupOffsets, GroupLoad, GroupCoreBa
                 results.append((gid, ErrorCode.NON_EMPTY_GROUP))
             else:
                 g.transition_to(GroupState.DEAD, now_ms)
-                del self._groups[gid]
+                self._release(gid)
                 tombstones = tuple(offset_tombstone(gid, t, p) for t, p in sorted(g.offsets))
                 g.offsets.clear()
                 self._append(g, (*tombstones, group_tombstone(gid)), fx)

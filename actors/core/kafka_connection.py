@@ -137,7 +137,7 @@ class KafkaConnection(Generic[R]):
         "_next_seq",
         "_pos",
         "_ready",
-        "_state",
+        "state",
     )
 
     def __init__(self, max_request_bytes: int, max_in_flight: int) -> None:
@@ -145,7 +145,9 @@ class KafkaConnection(Generic[R]):
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self._max_request_bytes = max_request_bytes
         self._max_in_flight = max_in_flight
-        self._state = OPEN
+        # read by the shell, set only here: a plain attribute, not a property (a Python
+        # call, asked several times a request)
+        self.state = OPEN
         self._buf = bytearray()
         self._pos = 0  # bytes of _buf already taken as frames
         self._next_seq = 0
@@ -160,10 +162,6 @@ class KafkaConnection(Generic[R]):
         self._max_request_bytes = max_request_bytes
 
     # ------------------------------------------------------------ read-outs
-    @property
-    def state(self) -> ConnectionState:
-        return self._state
-
     @property
     def in_flight(self) -> int:
         """Requests handed out and not released (answered or not)."""
@@ -192,7 +190,7 @@ class KafkaConnection(Generic[R]):
         this much as soon as it begins, as Kafka's memory pool allocates on the
         size, and lets a begun frame finish."""
         available = len(self._buf) - self._pos
-        if available < 4 or self._state is not OPEN:
+        if available < 4 or self.state is not OPEN:
             return 0
         (size,) = _SIZE.unpack_from(self._buf, self._pos)
         if size < MIN_REQUEST_BYTES or size > self._max_request_bytes or available >= size + 4:
@@ -207,22 +205,22 @@ class KafkaConnection(Generic[R]):
     @property
     def reading(self) -> bool:
         """Whether more requests may be read now (the shell polls for input only then)."""
-        return self._state is OPEN and self._in_flight < self._max_in_flight
+        return self.state is OPEN and self._in_flight < self._max_in_flight
 
     def __repr__(self) -> str:
-        return (f"<KafkaConnection {self._state.name} next_seq={self._next_seq} "
+        return (f"<KafkaConnection {self.state.name} next_seq={self._next_seq} "
                 f"next_release={self._next_release} in_flight={self._in_flight} "
                 f"buffered={self.buffered_bytes}>")
 
     # ---------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> None:
         """Bytes the socket gave, in order; the shell closes on end of stream itself."""
-        if self._state is not OPEN:
+        if self.state is not OPEN:
             self._refuse_data()
         self._buf += data
 
     def _refuse_data(self) -> None:
-        if self._state is CLOSED:
+        if self.state is CLOSED:
             raise ConnectionClosedError("cannot receive data: the connection is closed")
         raise ConnectionClosingError(
             f"cannot receive data: the connection is closing after the answer to "
@@ -234,7 +232,7 @@ class KafkaConnection(Generic[R]):
         The in-flight bound is checked before the buffer, so a bad size
         prefix behind a full pipeline is refused only once it would be read.
         """
-        state = self._state
+        state = self.state
         if state is not OPEN:
             if state is CLOSED:
                 raise ConnectionClosedError("cannot read a request: the connection is closed")
@@ -250,7 +248,7 @@ class KafkaConnection(Generic[R]):
             return NEED_DATA
         (size,) = _SIZE.unpack_from(buf, pos)
         if size < MIN_REQUEST_BYTES or size > self._max_request_bytes:
-            self._state = CLOSED
+            self.state = CLOSED
             self._drop_input()
             return FrameRefused(size, self._max_request_bytes)
         if available - 4 < size:
@@ -283,7 +281,7 @@ class KafkaConnection(Generic[R]):
         not released: the client sees nothing after the closing answer.
         """
         if (seq == self._next_release and self._in_flight and not self._ready
-                and self._state is OPEN):
+                and self.state is OPEN):
             # the usual case: the answer to the oldest request, none held behind it
             self._next_release = seq + 1
             self._in_flight -= 1
@@ -293,7 +291,7 @@ class KafkaConnection(Generic[R]):
         return self._receive_response(seq, response, close)
 
     def _receive_response(self, seq: int, response: R, close: bool) -> ResponsesReady[R]:
-        state = self._state
+        state = self.state
         if state is CLOSED:
             raise ConnectionClosedError(
                 f"cannot take the answer to request {seq}: the connection is closed")
@@ -323,7 +321,7 @@ class KafkaConnection(Generic[R]):
         return ResponsesReady(tuple(released), close)
 
     def _close_after(self, seq: int) -> None:
-        self._state = CLOSING
+        self.state = CLOSING
         self._closing_after = seq
         self._drop_input()
 
@@ -335,7 +333,7 @@ class KafkaConnection(Generic[R]):
         returns 0.
         """
         abandoned = self._in_flight
-        self._state = CLOSED
+        self.state = CLOSED
         self._in_flight = 0
         self._ready.clear()
         self._drop_input()

@@ -140,6 +140,10 @@ RecordValue = OffsetCommitValue | GroupMetadataValue
 
 # --- primitive writer / reader ---------------------------------------------
 
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_KEY_HEAD = struct.Struct(">hh")  # a key's version, then its first string's length
+
 
 class _Writer:
     __slots__ = ("_parts",)
@@ -233,12 +237,14 @@ class _Reader:
 
 
 def encode_offset_commit_key(key: OffsetCommitKey) -> bytes:
-    w = _Writer()
-    w.int16(OFFSET_COMMIT_KEY_VERSION)
-    w.string(key.group)
-    w.string(key.topic)
-    w.int32(key.partition)
-    return w.getvalue()
+    # without a _Writer (a topic deletion encodes one key a group and partition)
+    group = key.group.encode("utf-8")
+    topic = key.topic.encode("utf-8")
+    if len(group) > 0x7FFF or len(topic) > 0x7FFF:
+        raise ValueError(f"string of {max(len(group), len(topic))} bytes does not fit an "
+                         f"int16 length")
+    return (_KEY_HEAD.pack(OFFSET_COMMIT_KEY_VERSION, len(group)) + group
+            + _INT16.pack(len(topic)) + topic + _INT32.pack(key.partition))
 
 
 def encode_group_metadata_key(key: GroupMetadataKey) -> bytes:

@@ -52,6 +52,7 @@ from actors.core.record_batch import (
     leader_header,
     read_records,
     record_timestamps,
+    records_without_key,
 )
 from actors.core.segment_swap import (
     SwapManifest,
@@ -163,6 +164,15 @@ class LogConfig:
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got "
                              f"{self.index_interval_bytes}")
+
+
+def record_errors_text(errors: list[tuple[int, str]]) -> str:
+    """The error_message of a Produce whose records were refused one by one (not for
+    timestamps), in the words of Kafka's RecordValidationException, which clients and
+    their users match: the count and the first three as Java prints them."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return (f"One or more records have been rejected due to {len(errors)} record errors in "
+            f"total, and only showing the first three errors at most: [{shown}]")
 
 
 def check_timestamps(records: bytes | bytearray | memoryview, headers: list[BatchHeader],
@@ -546,12 +556,32 @@ class PartitionLog:
         # default; always for the coordinators' logs, which the broker reads uncompressed).
         self._target_codec = (None if self.topic in COORDINATOR_TOPICS
                               else COMPRESSION_TYPES[config.compression_type])
+        # A client's records on a compacted topic must each have a key (the general
+        # path reads them; the broker's own topics are written with keys).
+        self._keys_required = config.compact and self.topic not in COORDINATOR_TOPICS
         # Largest append the single-batch fast path takes: within max.message.bytes and
-        # segment.bytes, CreateTime only (LogAppendTime rewrites the header). With a
-        # target codec it takes only a batch of that codec (the general path re-encodes
-        # the others).
+        # segment.bytes, CreateTime only (LogAppendTime rewrites the header), not on a
+        # topic whose keys are checked. With a target codec it takes only a batch of that
+        # codec (the general path re-encodes the others).
         self._single_batch_max_bytes = (
-            min(config.max_message_bytes, config.segment_bytes) if create_time else -1)
+            min(config.max_message_bytes, config.segment_bytes)
+            if create_time and not self._keys_required else -1)
+
+    def _check_keys(self, records: bytes | bytearray | memoryview,
+                    headers: list[BatchHeader]) -> None:
+        """InvalidRecordError naming each record without a key, as Kafka's LogValidator
+        refuses them on a compacted topic. A compressed batch inflating past
+        INFLATE_CHECK_MAX_BYTES is not read and passes unchecked, where Kafka checks every
+        record (a bound on the memory one append may take)."""
+        errors: list[tuple[int, str]] = []
+        index = 0
+        for header in headers:
+            for at in records_without_key(records, header) or ():
+                errors.append((index + at, "Compacted topic cannot accept message without key "
+                                           f"in topic partition {self.topic}-{self.partition}"))
+            index += header.records_count
+        if errors:
+            raise InvalidRecordError(record_errors_text(errors), tuple(errors))
 
     @property
     def log_start_offset(self) -> int:
@@ -621,7 +651,8 @@ class PartitionLog:
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the HW, clamped to [log_start_offset, log_end_offset]; returns it."""
-        offset = min(max(offset, self._log_start_offset), self.log_end_offset)
+        # log_end_offset, inline: this runs for every produce
+        offset = min(max(offset, self._log_start_offset), self.segments[-1].next_offset)
         if offset != self._high_watermark:
             self._high_watermark = offset
             self._hw_metadata = None
@@ -775,6 +806,8 @@ class PartitionLog:
                 headers, self.config.message_timestamp_type == LOG_APPEND_TIME)
         if self._timestamp_bounds is not None and not coordinator:
             check_timestamps(records, headers, now_ms, *self._timestamp_bounds)
+        if self._keys_required and not coordinator:
+            self._check_keys(records, headers)
         state = self.producer_state
         if coordinator:
             for header in headers:
@@ -1484,8 +1517,9 @@ class PartitionLog:
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if flush.ms has passed since the last flush and data is waiting."""
-        if (self._recovery_point < self.log_end_offset
-                and now_ms - self._last_flush_ms >= self.config.flush_ms):
+        # log_end_offset and config, inline: this runs for every produce
+        if (self._recovery_point < self.segments[-1].next_offset
+                and now_ms - self._last_flush_ms >= self._config.flush_ms):
             self.flush(now_ms)
             return True
         return False

@@ -259,8 +259,9 @@ class PartitionState:
     # ------------------------------------------------------------ high watermark
     def maybe_increment_high_watermark(self) -> bool:
         """HW = min LEO over the (maximal) ISR; it never goes back."""
-        new_hw = self.log.log_end_offset
-        for replica in self.maximal_isr:
+        # log_end_offset and maximal_isr, inline: this runs for every produce
+        new_hw = self.log.segments[-1].next_offset
+        for replica in (self.isr if self.pending is None else self.maximal_isr):
             if replica == self.broker_id:
                 continue
             follower = self.followers.get(replica)

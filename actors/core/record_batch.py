@@ -669,6 +669,26 @@ def record_timestamps(buf: bytes | bytearray | memoryview,
     return [base + delta for delta in deltas]
 
 
+def records_without_key(buf: bytes | bytearray | memoryview,
+                        header: BatchHeader) -> list[int] | None:
+    """The index in its batch of each record of the (checked) batch ``header`` that has
+    no key, decompressing a compressed batch; None for one that inflates past
+    INFLATE_CHECK_MAX_BYTES."""
+    body = records_section(buf, header, header.position)
+    if body is None:
+        return None
+    view, end = memoryview(body), len(body)
+    missing: list[int] = []
+    try:
+        for i, (_off, _ts, pos, _record_end) in enumerate(
+                _walk_records(view, header.records_count, 0, end)):
+            if _read_varint(view, pos, end)[0] < 0:
+                missing.append(i)
+    except CorruptMessageError as exc:
+        raise CorruptMessageError(f"record batch at byte {header.position}: {exc}") from None
+    return missing
+
+
 def record_timestamp_deltas(records: bytes | memoryview, count: int) -> list[int]:
     """The timestamp delta of each of the ``count`` records of a (decompressed) records
     section: CorruptMessageError for a record that runs past its end."""

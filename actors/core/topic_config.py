@@ -296,9 +296,11 @@ def _checked(key: str, text: str) -> str:
         raise InvalidConfigError(f"{key} must be one of {', '.join(COMPRESSION_TYPES)}, "
                                  f"got {text!r}")
     if key == "cleanup.policy":
+        # An empty list is valid, as Kafka's ValidList takes it: the log is neither
+        # deleted by retention nor compacted (SUBTRACT of the last policy gives it).
         policies = cleanup_policies(text)
         unknown = [p for p in policies if p not in CLEANUP_POLICIES]
-        if unknown or not policies:
+        if unknown:
             raise InvalidConfigError(
                 f"cleanup.policy {text!r} is not a list of {' and '.join(CLEANUP_POLICIES)} "
                 f"(e.g. 'compact' or 'compact,delete')")
@@ -320,16 +322,48 @@ class DescribedConfig(NamedTuple):
     order of precedence, the first being where ``value`` comes from."""
 
     name: str
-    value: str
+    value: str | None
     source: ConfigSource
     config_type: ConfigType
-    synonyms: tuple[tuple[str, str, ConfigSource], ...]
+    synonyms: tuple[tuple[str, str | None, ConfigSource], ...]
 
 
 def broker_value_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+# Broker keys that stand for one setting, in Kafka's order of precedence
+# (DynamicBrokerConfig.brokerConfigSynonyms): each key's synonyms are these.
+BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    key: ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
+    for key in ("log.retention.ms", "log.retention.minutes", "log.retention.hours")}
+# Broker keys with no default in Kafka (null): no DEFAULT_CONFIG synonym, and a null value
+# while not set. actorlog's working default of some is Kafka's fallback: log.retention.ms
+# the hours give, log.roll.ms Kafka's log.roll.hours (168), log.flush.interval.ms its
+# log.flush.scheduler.interval.ms; the strings' is "" (none).
+NULL_DEFAULT_KEYS = frozenset({"log.retention.ms", "log.retention.minutes", "log.roll.ms",
+                               "log.flush.interval.ms", "advertised.listeners",
+                               "zookeeper.connect", "broker.rack", "ssl.key.password",
+                               "ssl.keystore.location", "ssl.truststore.location"})
+
+
+def broker_synonyms(name: str, broker: Mapping[str, Any], broker_set: Collection[str],
+                    defaults: Mapping[str, Any]) -> list[tuple[str, str, ConfigSource]]:
+    """Kafka's ConfigHelper.configSynonyms of broker key ``name``: each synonym the config
+    file or a flag set (STATIC_BROKER_CONFIG), then each one's default where it has one
+    (DEFAULT_CONFIG), in precedence order within each source; then everything before the
+    first entry named ``name`` is dropped, as Kafka does (so log.retention.ms has no
+    synonyms unless it has a value itself: only log.retention.hours has a default)."""
+    names = BROKER_SYNONYMS.get(name, (name,))
+    out = [(n, broker_value_text(broker[n]), ConfigSource.STATIC_BROKER_CONFIG)
+           for n in names if n in broker_set]
+    out += [(n, broker_value_text(defaults[n]), ConfigSource.DEFAULT_CONFIG)
+            for n in names if n not in NULL_DEFAULT_KEYS and defaults[n] is not None]
+    while out and out[0][0] != name:
+        out.pop(0)
+    return out
 
 
 def describe_topic_configs(broker: Mapping[str, Any], broker_set: Collection[str],
@@ -339,20 +373,21 @@ def describe_topic_configs(broker: Mapping[str, Any], broker_set: Collection[str
 
     ``broker`` holds the broker keys' values, ``broker_set`` the keys the
     config file or command line set (the rest are defaults), ``defaults`` each broker
-    key's own default (the DEFAULT_CONFIG synonym's value).
+    key's own default (the DEFAULT_CONFIG synonym's value). The value is the topic's
+    override, else what the broker keys give it (log.retention.ms derived from the
+    minutes or hours when not set); the source is the first synonym's, DEFAULT_CONFIG
+    when there is none (Kafka's createTopicConfigEntry).
     """
     out = []
     for key, (broker_key, _kind) in TOPIC_CONFIGS.items():
-        synonyms: list[tuple[str, str, ConfigSource]] = []
+        synonyms = broker_synonyms(broker_key, broker, broker_set, defaults)
+        value: str | None
         if key in topic_configs:
-            synonyms.append((key, topic_configs[key], ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        text = broker_value_text(broker[broker_key])
-        if broker_key in broker_set:
-            synonyms.append((broker_key, text, ConfigSource.STATIC_BROKER_CONFIG))
-            # the key's own default, not the value the file set (Kafka's DEFAULT_CONFIG)
-            text = broker_value_text(defaults[broker_key])
-        synonyms.append((broker_key, text, ConfigSource.DEFAULT_CONFIG))
-        _name, value, source = synonyms[0]
+            synonyms.insert(0, (key, topic_configs[key], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+            value = topic_configs[key]
+        else:
+            value = broker_value_text(broker[broker_key])
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
         out.append(DescribedConfig(key, value, source, TOPIC_CONFIG_TYPES[key], tuple(synonyms)))
     return out
 

@@ -21,6 +21,7 @@ illegal one raises :class:`IllegalTransitionError` and changes nothing.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -37,6 +38,8 @@ from actors.core.transaction_log import (
 from wire.errors import ErrorCode
 
 S = TxnStatus
+# the states a tick moves on when no write is in flight (retry_stuck)
+_STUCK_STATES = frozenset((S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE))
 MAX_EPOCH = 32767 - 1  # an epoch of Short.MaxValue - 1 forces a new producer id (Kafka)
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
@@ -171,6 +174,19 @@ class TransactionCoordinatorCore:
         # success answered late for one is still taken while its id waits for it
         self._late_completions: dict[int, _Write] = {}
         self.skipped_records = 0
+        # The tick's scans look only at ids that can be due, not at every id held (with
+        # actor.threads = single they run in a worker loop shared with the handlers and
+        # shards): a heap of (start_ms + timeout_ms, seq, id), one entry pushed as an id's
+        # transaction begins (Ongoing), live while ``_deadline_seq[id]`` is its seq (a
+        # reload or a re-push leaves the old one stale); and the ids that went into a
+        # PrepareX state (stale ones are dropped as met).
+        self._deadlines: list[tuple[int, int, str]] = []
+        self._deadline_seq: dict[str, int] = {}
+        self._seq = 0
+        self._held: list[tuple[int, int, str]] = []  # looked at by a sweep under way
+        self.prepared: set[str] = set()
+        self.expiry_visits = 0  # entries the scans looked at (GetStats: their work)
+        self.expiry_more = False  # abort_timed_out stopped at its limit with ids due
 
     # --- ownership ------------------------------------------------------
 
@@ -178,13 +194,17 @@ class TransactionCoordinatorCore:
         return partition_for(transactional_id, self.config.num_partitions)
 
     def load_partition(self, partition: int, coordinator_epoch: int,
-                       records: Iterable[tuple[bytes, bytes | None]], now_ms: int
-                       ) -> list[Effect]:
+                       records: Iterable[tuple[bytes, bytes | None]], now_ms: int,
+                       fresh: bool = True) -> list[Effect]:
         """Rebuild the ids of ``partition`` from its records (in log order); transactions
-        caught in PrepareCommit/PrepareAbort get their markers written again."""
+        caught in PrepareCommit/PrepareAbort get their markers written again. ``fresh``
+        False: more ids of a partition whose load began with an earlier call (a slice of
+        its records, each id in one slice only), whose ids' retries are kept."""
         self.coordinator_epochs[partition] = coordinator_epoch
-        self.completing -= {t for t in self.completing if self.partition_for(t) == partition}
-        self._forget_late_completions(lambda t: self.partition_for(t) == partition)
+        if fresh:
+            self.completing -= {t for t in self.completing
+                                if self.partition_for(t) == partition}
+            self._forget_late_completions(lambda t: self.partition_for(t) == partition)
         latest: dict[str, TxnLogValue | None] = {}
         for key, value in records:
             try:
@@ -203,6 +223,7 @@ class TransactionCoordinatorCore:
                                NO_EPOCH, val.timeout_ms, val.status, set(val.partitions),
                                val.start_ms, val.last_update_ms)
             self.txns[txn_id] = meta
+            self._track(meta, True)
             if val.status in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 effects.append(self._markers(meta, val.status == S.PREPARE_COMMIT))
         return effects
@@ -214,6 +235,8 @@ class TransactionCoordinatorCore:
         for txn_id in [t for t in self.txns if self.partition_for(t) in partitions]:
             del self.txns[txn_id]
             self.completing.discard(txn_id)
+            self.prepared.discard(txn_id)
+            self._deadline_seq.pop(txn_id, None)
         self._forget_late_completions(lambda t: self.partition_for(t) in partitions)
         effects: list[Effect] = []
         for write_id, write in list(self._writes.items()):
@@ -304,9 +327,30 @@ class TransactionCoordinatorCore:
             effects.extend(self._prepare_abort_fenced(meta, now_ms))
         return effects
 
-    @staticmethod
-    def _apply(meta: TxnMetadata, target: TxnLogValue) -> None:
+    def _track(self, meta: TxnMetadata, began: bool) -> None:
+        """Note an id the tick's scans may have to look at: a transaction that ``began``
+        (its timeout counts from start_ms), or one in a PrepareX state."""
+        if meta.state == S.ONGOING:
+            if began:
+                self._push_deadline(meta.start_ms + meta.timeout_ms, meta.transactional_id)
+        elif meta.state in _STUCK_STATES:
+            self.prepared.add(meta.transactional_id)
+
+    def _push_deadline(self, deadline_ms: int, txn_id: str) -> None:
+        self._seq += 1
+        self._deadline_seq[txn_id] = self._seq
+        heapq.heappush(self._deadlines, (deadline_ms, self._seq, txn_id))
+        if len(self._deadlines) > 2 * len(self._deadline_seq) + 1024:
+            # mostly stale entries (transactions ended before their deadline): kept
+            # lean, at a cost amortized over the pushes that made them
+            self._deadlines = [e for e in self._deadlines
+                               if self._deadline_seq.get(e[2]) == e[1]]
+            heapq.heapify(self._deadlines)
+
+    def _apply(self, meta: TxnMetadata, target: TxnLogValue) -> None:
         """What a transition's successful write makes of the id in memory."""
+        began = target.status == S.ONGOING and (
+            meta.state != S.ONGOING or meta.start_ms != target.start_ms)
         if target.producer_id != meta.producer_id:
             meta.last_producer_id = meta.producer_id
         if target.producer_epoch != meta.producer_epoch:
@@ -317,6 +361,7 @@ class TransactionCoordinatorCore:
         meta.partitions = set(target.partitions)
         meta.start_ms = target.start_ms
         meta.last_update_ms = target.last_update_ms
+        self._track(meta, began)
 
     def _late_completion(self, write: _Write) -> None:
         """A CompleteX write answered as failed (timed out) was written after all: if its
@@ -465,25 +510,64 @@ class TransactionCoordinatorCore:
 
     # --- timeouts ---------------------------------------------------------
 
-    def abort_timed_out(self, now_ms: int) -> list[Effect]:
-        """Ongoing transactions past their timeout: fence the producer and abort."""
+    def abort_timed_out(self, now_ms: int, skip: set[int] | None = None,
+                        limit: int | None = None) -> list[Effect]:
+        """Ongoing transactions past their timeout: fence the producer and abort. The
+        ids of the partitions in ``skip`` (partly restored) are left alone, as Kafka
+        looks only at loaded partitions. Only the ids whose deadline has passed are
+        looked at (the heap), at most ``limit`` a call: ``expiry_more`` then says the
+        sweep goes on at the next call. One left alone (a write in flight, a partition
+        in ``skip``) or fenced (its write may fail and leave it Ongoing) is held aside
+        until the sweep ends, then goes back in the heap: the next sweep looks at it
+        again, as Kafka's scan of every id would."""
         effects: list[Effect] = []
-        for meta in list(self.txns.values()):
-            if (meta.state == S.ONGOING and meta.pending is None
-                    and meta.start_ms + meta.timeout_ms < now_ms):
+        heap, seqs, held = self._deadlines, self._deadline_seq, self._held
+        looked = 0
+        self.expiry_more = False
+        while heap and heap[0][0] < now_ms:
+            if limit is not None and looked >= limit:
+                self.expiry_more = True
+                break
+            entry = heapq.heappop(heap)
+            looked += 1  # a stale entry too: they count against the limit
+            deadline, seq, txn_id = entry
+            if seqs.get(txn_id) != seq:
+                continue  # stale: pushed again, or unloaded
+            meta = self.txns.get(txn_id)
+            if (meta is None or meta.state != S.ONGOING
+                    or meta.start_ms + meta.timeout_ms != deadline):
+                del seqs[txn_id]  # its transaction ended (a new one pushes anew)
+                continue
+            held.append(entry)
+            if meta.pending is None and not (
+                    skip and self.partition_for(txn_id) in skip):
                 effects.extend(self._fence(meta, None, now_ms))
+        if not self.expiry_more:
+            for entry in held:
+                if seqs.get(entry[2]) == entry[1]:
+                    heapq.heappush(heap, entry)
+            held.clear()
+        self.expiry_visits += looked
         return effects
 
-    def retry_stuck(self, now_ms: int) -> list[Effect]:
+    def retry_stuck(self, now_ms: int, skip: set[int] | None = None) -> list[Effect]:
         """Prepared transactions with no write in flight: their markers (again); those
         whose markers are written and whose completion is being retried are left to
         :meth:`retry_completions`. A fenced one (PrepareEpochFence) whose PrepareAbort
         write failed (refused, or timed out with its answer lost) has it written again:
         nothing else moves it on (requests get CONCURRENT_TRANSACTIONS, the timeout
-        check looks at Ongoing ones), and one loaded in that state is the same case."""
+        check looks at Ongoing ones), and one loaded in that state is the same case. The
+        ids of the partitions in ``skip`` are left alone."""
         effects: list[Effect] = []
-        for meta in list(self.txns.values()):
+        for txn_id in sorted(self.prepared):
+            self.expiry_visits += 1
+            meta = self.txns.get(txn_id)
+            if meta is None or meta.state not in _STUCK_STATES:
+                self.prepared.discard(txn_id)  # completed, or gone
+                continue
             if meta.pending is not None:
+                continue
+            if skip and self.partition_for(meta.transactional_id) in skip:
                 continue
             if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 if meta.transactional_id not in self.completing:

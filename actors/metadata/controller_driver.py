@@ -52,6 +52,8 @@ from actors.core.controller_events import (
     SendToBroker,
     StateChangeFailed,
     TopicDeletionsRequested,
+    TopicsGone,
+    without_topics,
 )
 from actors.core.controller_state import ControllerCore
 from actors.metadata.executor import execute_write
@@ -241,6 +243,12 @@ class ControllerDriver:
             self.feed(LiveBrokersChanged(tuple(self._live_brokers().values())))
         elif isinstance(notice, TopicsChanged):
             topics = self.store.get_topics(watch=True)
+            gone = set(self.core.topics) - topics
+            if gone:
+                # the core forgets their writes' outcomes: none is tried again
+                kept = (without_topics(write, gone) for write in self._retry)
+                self._retry = [write for write in kept if write is not None]
+                self.feed(TopicsGone(frozenset(gone)))
             fresh = topics - set(self.core.topics)
             if fresh:
                 self.feed(NewTopicsFound(self._topic_records(fresh)))

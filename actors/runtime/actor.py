@@ -197,7 +197,14 @@ class Actor(PykkaActor):
         self._origin_out: dict[Address, tuple[bytes, int, list[Any], list[bool]]] = {}
         self._not_taken_logged: set[str] = set()  # nodes (waits_on_remote False)
         self._owner: Actor = host if host is not None else self
-        self._members: list[Actor] = [self]  # actors this loop runs (owner only)
+        # Actors this loop runs (owner only). A tuple: adopting or dropping a member
+        # puts a new one here, so the loop walks the tuple it read at the start of a
+        # walk without a copy per turn (a handler or a crash may change the members
+        # during the walk).
+        self._members: tuple[Actor, ...] = (self,)
+        # polls this loop has made (owner only): a member's on_turn also runs in the
+        # rounds over local messages between two polls; this tells them apart
+        self.loop_polls = 0
         # Members whose mailbox may hold frames the loop has not taken (owner only): the
         # loop waits on each mailbox's ZMQ_FD, which signals only a change, so a mailbox
         # left with frames (a drain's cap, a new one) is drained again before a sleep.
@@ -231,6 +238,10 @@ class Actor(PykkaActor):
         self._has_turn = type(self).on_turn is not Actor.on_turn
         # Likewise poll_timeout_ms, asked of every member before each poll.
         self._has_timeout = type(self).poll_timeout_ms is not Actor.poll_timeout_ms
+        # messages_handled when the actor last said it waits on no deadline (quiet_turns):
+        # until it handles another message the loop neither asks its poll_timeout_ms nor
+        # runs its on_turn (-1: ask; reset by a pykka call, which handles no message)
+        self._quiet_at = -1
         # Senders' addresses by (node, name): one per sender, not one built per frame.
         self._senders: dict[tuple[str, str], Address] = {}
         size = kwargs.pop("mailbox_size", None)
@@ -250,11 +261,20 @@ class Actor(PykkaActor):
     def on_turn(self) -> None:
         """Runs after every poll turn, before buffered sends are flushed."""
 
+    def quiet_turns(self) -> None:
+        """Say, from poll_timeout_ms or on_turn, that nothing waits on a deadline or a turn
+        of the loop until the next message: the loop skips both calls till then (an idle
+        actor in a worker loop shared with the shards and Processors costs no call a turn).
+        Only for an actor whose deadlines and turn work are set by its handled messages
+        alone (not by a clock, another thread or a socket)."""
+        self._quiet_at = self.messages_handled
+
     def on_stopping(self) -> None:
         """The node is shutting down: stop taking new external input."""
 
     def take_turn(self) -> None:
         """One turn outside the poll loop (``Node.run_turns``), as the loop ends each of its own."""
+        self._owner.loop_polls += 1  # a turn stands for a poll (a restore slices per poll)
         self._drain_local()
         self._run_guarded(self.on_turn)
         self._drain_local()
@@ -283,9 +303,11 @@ class Actor(PykkaActor):
         """Send ``msg`` to ``address``; delivered in order, batched per incoming frame."""
         tid = self._trace[0]
         span = new_id() if tid else 0  # the sender records nothing: the receiver writes the hop
-        # wire.envelope.new_entry's layout, inline: this runs for every message sent.
+        # wire.envelope.new_entry's layout, inline: this runs for every message sent. The
+        # send time is read for traced messages only: nothing else reads it (the hop and
+        # network-leg records), so an untraced one carries 0 and costs no clock read.
         entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0,
-                 self.clock.wall_ns(), 0, msg]
+                 self.clock.wall_ns() if tid else 0, 0, msg]
         if address == self.address:
             self._to_self.append(entry)  # never wait on our own mailbox
             return
@@ -684,6 +706,7 @@ class Actor(PykkaActor):
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(node.inproc_endpoint(self.name))
         self._mailbox = sock
+        node.mailboxes[self.name] = self
         # The loop polls the socket's ZMQ_FD, a plain descriptor, not the socket: zmq_poll
         # asks every ZeroMQ socket for its events in each call (syscalls per socket and
         # call), several microseconds per mailbox per turn in a loop of many actors.
@@ -701,7 +724,7 @@ class Actor(PykkaActor):
 
     def _adopt(self, guest: Actor) -> None:
         """Host side: start a guest in this thread."""
-        self._members.append(guest)
+        self._members = (*self._members, guest)  # a new tuple (see __init__)
         try:
             guest.on_start()
         except Exception as exc:
@@ -722,9 +745,13 @@ class Actor(PykkaActor):
             if ((m._departed_out or m._origin_out)
                     and (timeout is None or timeout > _HELD_POLL_MS)):
                 timeout = _HELD_POLL_MS
-            if not m._has_timeout:
+            if not m._has_timeout or m._quiet_at == m.messages_handled:
                 continue
-            t = m.poll_timeout_ms()
+            try:  # as on_turn: a member's fault restarts it, never ends the loop
+                t = m.poll_timeout_ms()
+            except Exception as exc:
+                m._crashed(exc, None)
+                return 0  # the members may have changed: ask again at once
             if t is not None and (timeout is None or t < timeout):
                 timeout = t
         return timeout
@@ -738,13 +765,13 @@ class Actor(PykkaActor):
         broker and 6-7 us under load (a cold cache, probably), a few us more for the rest. Under
         `bench scale`'s load (8 connections, 5 requests in flight each) a turn serves
         many requests: 0.03 turns a request at num.processes = 1, 0.10-0.13 at 2, so
-        the fixed cost is about 1% and 2-3% of broker CPU per request, and asking only
-        the members that need a turn would save part of that. It weighs more at low
-        concurrency (1 connection: 0.26 and 0.84 turns a request).
+        the fixed cost is about 1% and 2-3% of broker CPU per request. It weighs more at
+        low concurrency (1 connection: 0.26 and 0.84 turns a request). A member that said
+        quiet_turns (an idle coordinator, a request handler with nothing pending) is asked
+        nothing until it handles another message.
         """
         poll = self._poller.poll
         routes = self._routes
-        members = self._members
         while not self._dead:  # actor_stopped, without a Python call a turn
             try:
                 events = poll(self._next_timeout())
@@ -752,6 +779,7 @@ class Actor(PykkaActor):
                 if exc.errno == errno.EINTR:
                     continue
                 raise
+            self.loop_polls += 1
             for sock, mask in events:
                 route = routes.get(sock)
                 if route is None:
@@ -770,10 +798,11 @@ class Actor(PykkaActor):
                 for m in backlog:
                     if m._mailbox is not None:
                         m._drain_mailbox(m._mailbox)
-            for m in list(members):
+            # self._members is a tuple, replaced on a change: no copy to walk it
+            for m in self._members:
                 if m._local_in or m._to_self:
                     m._drain_local()
-                if m._has_turn:
+                if m._has_turn and m._quiet_at != m.messages_handled:
                     try:  # _run_guarded, inline: every member, every turn
                         m.on_turn()
                     except Exception as exc:
@@ -791,16 +820,16 @@ class Actor(PykkaActor):
             # and with it, often, the rest of this thread's time slice. Those members
             # take a turn of their own; a bounded number, so sockets are not kept waiting.
             for _ in range(_LOCAL_ROUNDS):
-                for m in members:
+                for m in self._members:
                     if m._local_in or m._to_self:
                         break
                 else:
                     break
-                for m in list(members):
+                for m in self._members:
                     if not (m._local_in or m._to_self):
                         continue
                     m._drain_local()
-                    if m._has_turn:
+                    if m._has_turn and m._quiet_at != m.messages_handled:
                         try:
                             m.on_turn()
                         except Exception as exc:
@@ -810,7 +839,7 @@ class Actor(PykkaActor):
                     if m._out:
                         m.flush()
             if self._members_stopping:
-                for m in list(members):
+                for m in self._members:
                     if (m._stopping and not m._local_in and not m._to_self
                             and not m.mailbox_pending()):
                         m._finish_stop()
@@ -875,7 +904,16 @@ class Actor(PykkaActor):
             if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
                 self.messages_dequeued += len(entries)
             handlers = self._handlers
-            clock = self.clock
+            # handler_ns (actor_handle_seconds): one clock read per batch and one per
+            # message handled, not two per message. A message's time runs from the read
+            # before it (the batch's first, or the one after the previous handler) to the
+            # read after its handler: the handler and the Reply of an ask, and also what
+            # lies between two handlers of one batch (the previous message's trace record,
+            # this one's envelope unpacking and handler lookup, entries refused as dead
+            # letters). Outside every batch (frame decoding, the flush of what the
+            # handlers sent) nothing is counted, as before.
+            monotonic_ns = self.clock.monotonic_ns
+            started_ns = monotonic_ns()
             sender_text = ""  # for trace records, formatted at the first traced entry
             wall_ns = self.clock.wall_ns
             for i, entry in enumerate(entries):
@@ -910,7 +948,6 @@ class Actor(PykkaActor):
                 if tid:
                     self._trace = (tid, span)
                     recv_ns = wall_ns()
-                started_ns = clock.monotonic_ns()
                 try:
                     result = handler(msg)
                 except Exception as exc:
@@ -923,7 +960,9 @@ class Actor(PykkaActor):
                 else:
                     if ask_id:
                         self.tell(sender, Reply(ask_id, True, result))
-                self.handler_ns += clock.monotonic_ns() - started_ns
+                ended_ns = monotonic_ns()
+                self.handler_ns += ended_ns - started_ns
+                started_ns = ended_ns
                 self.messages_handled += 1
                 if tid:
                     # One record per hop, written by the receiver once it has handled it
@@ -967,6 +1006,7 @@ class Actor(PykkaActor):
             if is_stop(message):
                 self._begin_stop(envelope.reply_to)
                 continue
+            self._quiet_at = -1  # a call may set what a turn waits on
             try:
                 response = self._handle_pykka_message(message)
                 if envelope.reply_to is not None:
@@ -1040,14 +1080,17 @@ class Actor(PykkaActor):
         if self._mailbox is not None:
             # close() frees an inproc name later, in ZeroMQ's reaper thread (a rebind at once
             # failed 286 times in 20,000 here); unbind frees it now, in this thread
+            if self.node.mailboxes.get(self.name) is self:
+                del self.node.mailboxes[self.name]
             try:
                 self._mailbox.unbind(self.node.inproc_endpoint(self.name))
             except zmq.ZMQError:
                 pass  # never bound (the bind itself failed)
             self._mailbox.close(linger=0)
             self._mailbox = None
-        if self._owner is not self and self in self._owner._members:
-            self._owner._members.remove(self)
+        owner = self._owner
+        if owner is not self and self in owner._members:
+            owner._members = tuple(m for m in owner._members if m is not self)
         self.node._forget(self)
         self.actor_inbox.close()
 

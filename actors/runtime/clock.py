@@ -42,7 +42,7 @@ class SystemClock:
     def wall_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
-    # the builtin itself: every message sent carries a wall-clock send time
+    # the builtin itself: every traced message sent carries a wall-clock send time
     wall_ns = staticmethod(time.time_ns)
 
 

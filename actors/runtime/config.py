@@ -126,7 +126,16 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "log.segment.bytes": (1073741824, int, "roll a segment past this size"),
     "log.roll.ms": (604800000, int, "roll a segment older than this"),
     "log.retention.bytes": (-1, int, "delete old segments past this size (-1: never)"),
-    "log.retention.ms": (604800000, int, "delete segments older than this"),
+    "log.retention.ms": (None, int, "delete segments older than this; when not set, "
+                                   "log.retention.minutes, else log.retention.hours gives "
+                                   "it (Kafka's precedence; negative: never; 0 from "
+                                   "whichever gives it is refused)"),
+    "log.retention.minutes": (None, int, "delete segments older than this many minutes, "
+                                         "when log.retention.ms is not set (not set: "
+                                         "log.retention.hours)"),
+    "log.retention.hours": (168, int, "delete segments older than this many hours, when "
+                                      "neither log.retention.ms nor log.retention.minutes "
+                                      "is set"),
     "log.index.interval.bytes": (4096, int, "bytes between sparse index entries"),
     "log.index.size.max.bytes": (10485760, int, "offset/time index file size; a segment "
                                                 "whose index is full rolls"),
@@ -291,6 +300,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "log.roll.ms": _MS,
     "log.retention.bytes": (-1, _MAX_INT),
     "log.retention.ms": (-1, _MAX_INT),
+    # Kafka's INTs without a validator: a negative one means no time limit, as -1 does
+    "log.retention.minutes": (-2**31, 2**31 - 1),
+    "log.retention.hours": (-2**31, 2**31 - 1),
     "log.index.interval.bytes": (0, 2**31 - 1),
     "log.flush.interval.messages": (1, _MAX_INT),
     "log.flush.interval.ms": (0, _MAX_INT),
@@ -371,13 +383,18 @@ def _unknown(key: str, source: str) -> ConfigError:
     return ConfigError(f"{source}: unknown config key {key!r}; {hint}")
 
 
+def _default_note(key: str) -> str:
+    default = SPEC[key][0]
+    return "no default: not set" if default is None else f"default {default!r}"
+
+
 def _check(key: str, value: Any, source: str) -> Any:
     bounds = RANGES.get(key)
     if bounds is not None and not bounds[0] <= value <= bounds[1]:
         low, high = bounds
         allowed = (f"at least {low}" if high >= _MAX_INT else f"from {low} to {high}")
         raise ConfigError(f"{source}: {key} = {value!r} is out of range; use a value {allowed} "
-                          f"(default {SPEC[key][0]!r})")
+                          f"({_default_note(key)})")
     choices = CHOICES.get(key)
     if choices is not None and value not in choices:
         raise ConfigError(f"{source}: {key} = {value!r} is not one of "
@@ -414,7 +431,7 @@ def _coerce(key: str, value: Any, source: str) -> Any:
     elif kind is str and isinstance(value, str):
         return _check(key, value, source)
     raise ConfigError(f"{source}: {key} must be {_TYPE_NAMES.get(kind, kind.__name__)}, "
-                      f"got {value!r} (default {SPEC[key][0]!r})")
+                      f"got {value!r} ({_default_note(key)})")
 
 
 NUM_PROCESSES_ENV = "ACTORLOG_NUM_PROCESSES"
@@ -447,6 +464,8 @@ class Config:
         """Keys a file, a flag or the caller set (the rest hold their defaults)."""
         if values:
             self.update(values, source)
+        else:
+            self._derive_retention(source)
 
     def update(self, values: dict[str, Any], source: str = "<overrides>") -> Config:
         for key, value in _flatten(values).items():
@@ -454,7 +473,28 @@ class Config:
                 raise _unknown(key, source)
             self.values[key] = _coerce(key, value, source)
             self.set_keys.add(key)
+        self._derive_retention(source)
         return self
+
+    def _derive_retention(self, source: str) -> None:
+        """log.retention.ms as Kafka's logRetentionTimeMillis gives it: the key itself if
+        set, else log.retention.minutes if set, else log.retention.hours; negative: -1
+        (no limit). The value everything reads; DescribeConfigs says which key set it.
+        0 is refused, as Kafka refuses to start on it (every segment would be deleted at
+        each check), naming the key that gave it (one ``source``, the update's, set: the
+        key that gives the value can only change to, or by, one the update sets)."""
+        if "log.retention.ms" in self.set_keys:
+            key, millis = "log.retention.ms", int(self.values["log.retention.ms"])
+        elif "log.retention.minutes" in self.set_keys:
+            key = "log.retention.minutes"
+            millis = int(self.values[key]) * 60_000
+        else:
+            key = "log.retention.hours"
+            millis = int(self.values[key]) * 3_600_000
+        if millis == 0:
+            raise ConfigError(f"{source}: {key} = 0 would delete every segment at each "
+                              f"retention check; use -1 for no time limit, or at least 1")
+        self.values["log.retention.ms"] = -1 if millis < 0 else millis
 
     @classmethod
     def load(cls, path: Path | str | None, overrides: dict[str, Any] | None = None) -> Config:
@@ -530,5 +570,8 @@ def example_toml() -> str:
         text = meaning + (f" [{allowed}]" if allowed else "")
         lines.append("")
         lines += textwrap.wrap(text, 88, initial_indent="# ", subsequent_indent="# ")
-        lines.append(f"{json.dumps(key)} = {_toml_value(default)}")
+        if default is None:  # no default (Kafka's null): set only to take precedence
+            lines.append(f"# {json.dumps(key)} =")
+        else:
+            lines.append(f"{json.dumps(key)} = {_toml_value(default)}")
     return "\n".join(lines) + "\n"

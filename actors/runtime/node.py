@@ -171,6 +171,8 @@ class Node:
         self._zap: Any = None
         self._keyless: set[str] = set()  # nodes without a CURVE key here, logged once each
         self.actors: dict[str, Actor] = {}
+        # name -> the actor whose mailbox is bound to that name's inproc endpoint now
+        self.mailboxes: dict[str, Actor] = {}
         self._order: list[str] = []
         self.dead_letters = DeadLetters(name, self.clock)
         self.metrics = Counters()
@@ -302,8 +304,14 @@ class Node:
         sock.setsockopt(zmq.SNDHWM, 100)
         sock.setsockopt(zmq.LINGER, 5000)
         if address.node == self.name:
+            # the actor whose mailbox is bound now (one still in its setup is not in
+            # self.actors yet, its stopped namesake still is); else the one registered.
+            # Read BEFORE connecting: a namesake that binds in between then makes this
+            # link's target the old, stopped actor (a dead letter, and stale() links
+            # again), never a live one while the pipe reaches the closed mailbox.
+            target = self.mailboxes.get(address.name) or self.actors.get(address.name)
             sock.connect(self.inproc_endpoint(address.name))
-            return Link(sock, False, address.node, target=self.actors.get(address.name))
+            return Link(sock, False, address.node, target=target)
         endpoint = self.directory.nodes[address.node]
         curve = self.curve
         if curve is not None:
@@ -393,15 +401,28 @@ class Node:
                 if not waited:
                     waited = True
                     self.metrics.incr("mailbox_full_waits")
-                if address.node == self.name:
-                    target = self.actors.get(address.name)
-                    if target is None or target.actor_stopped.is_set():
-                        self.dead_letters.record(
-                            f"actor {address} stopped while a frame waited for it",
-                            receiver=str(address),
-                        )
-                        return True
+                if address.node == self.name and self._receiver_gone(link, address.name):
+                    self.dead_letters.record(
+                        f"actor {address} stopped while a frame waited for it",
+                        receiver=str(address),
+                    )
+                    return True
                 sock.poll(100, zmq.POLLOUT)
+
+    def _receiver_gone(self, link: Link, name: str) -> bool:
+        """A local link's send was refused: whether the mailbox it reaches is gone, so
+        waiting would never end. That is the link's own actor once it stopped, even when
+        another of its name runs by now (an idle replica fetcher stopped and started
+        again at once): an inproc socket never reconnects. A shard that waited there
+        on an answer to the old fetcher waited for good, and with it every actor of its
+        loop (the acceptor, processors and handlers of a node that then never stopped)."""
+        target = link.target
+        if target is not None:
+            # decided by the link's own actor alone: self.actors may still hold the
+            # stopped namesake while the target is the new one in its setup
+            return target.actor_stopped.is_set()
+        current = self.actors.get(name)
+        return current is None or current.actor_stopped.is_set()
 
     # ------------------------------------------------- external (non-actor) API
     def _external_link(self, address: Address) -> Link | None:
@@ -440,8 +461,9 @@ class Node:
             return
         tid = self.tracer.sample() if trace_id is None else trace_id
         span = new_id() if tid else 0  # the receiver writes the hop's record
-        entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, self.clock.wall_ns(),
-                          ask_id, msg)
+        # the send time only for a traced message, as Actor.tell: untraced ones carry 0
+        entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0,
+                          self.clock.wall_ns() if tid else 0, ask_id, msg)
         frames, refused = encode_frames(self.name, sender, address.name, [entry],
                                         self.max_frame_bytes, self.incarnation_for(address.node))
         if refused:
@@ -542,6 +564,11 @@ class Node:
         self.run_turns(timeout)
         self.quiesce(timeout)
 
+    @property
+    def intake_stopped(self) -> bool:
+        """``stop_intake`` began: an actor spawned since got no ``on_stopping``."""
+        return self._intake_stopped
+
     def stop_intake(self, timeout: float = 10.0) -> None:
         """Have every actor stop taking new external input (``on_stopping``), once; the
         actors keep running and answer what they already took. ``shutdown`` begins so."""
@@ -556,8 +583,9 @@ class Node:
                 except Exception as exc:
                     self.log.warning("actor {} did not stop intake cleanly: {}", actor.name, exc)
 
-    def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop intake, let in-flight messages finish, then stop actors newest first."""
+    def shutdown(self, timeout: float = 10.0, quiet: bool = False) -> None:
+        """Stop intake, let in-flight messages finish, then stop actors newest first.
+        ``quiet``: no "stopped" line (whoever stops it says so in its own)."""
         if self._stopped:
             return
         self._stopped = True
@@ -581,7 +609,8 @@ class Node:
             self._zap = None
         if self._own_context:
             self._end_context(timeout)
-        self.log.info("node {} stopped", self.name)
+        if not quiet:
+            self.log.info("node {} stopped", self.name)
 
     def _end_context(self, timeout: float) -> None:
         """Terminate the ZeroMQ context without hanging on a socket someone left open.

@@ -58,6 +58,7 @@ def restart_after_crash(actor: Actor, exc: BaseException, msg: Any) -> None:
         actor.teardown()
     except Exception:
         actor.log.exception("teardown of {} failed during restart", actor.name)
+    actor._quiet_at = -1  # setup() may set a deadline: the loop asks again
     try:
         actor.setup()
         metrics.incr("actor_restarts")

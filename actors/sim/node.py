@@ -132,8 +132,9 @@ class SimNode(Node):
             actor._finish_stop()
         return True
 
-    def shutdown(self, timeout: float = 10.0) -> None:
-        """A clean stop: intake stops, then actors stop newest first, with their teardown."""
+    def shutdown(self, timeout: float = 10.0, quiet: bool = False) -> None:
+        """A clean stop: intake stops, then actors stop newest first, with their teardown
+        (it logs no "stopped" line either way)."""
         if self._stopped:
             return
         self._stopped = True

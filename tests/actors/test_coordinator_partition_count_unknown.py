@@ -72,6 +72,8 @@ from wire.group_messages import (
 from wire.transaction_messages import (
     InitTxnProducer,
     InitTxnProducerDone,
+    ListTxns,
+    ListTxnsDone,
     TxnCoordinatorPartitions,
     TxnPartitionRow,
 )
@@ -137,6 +139,10 @@ class Probe(Actor):
     @handles(JoinGroupDone)
     def on_join(self, msg: JoinGroupDone) -> None:
         self.answers.append(["join", msg.error_code])
+
+    @handles(ListTxnsDone)
+    def on_list_txns(self, msg: ListTxnsDone) -> None:
+        self.answers.append(["txns", msg.error_code, [r.transactional_id for r in msg.rows]])
 
     @handles(InitTxnProducerDone)
     def on_init(self, msg: InitTxnProducerDone) -> None:
@@ -373,5 +379,43 @@ def test_list_groups_is_refused_while_a_partition_led_here_is_loading(
     node.tell(groups, CoordinatorPartitions([CoordinatorPartitionRow(1, 1)], [], REAL_COUNT))
     node.quiesce()
     assert node.ask(groups, GetStats())["loaded_partitions"] == [0, 2]
+    refused = node.ask(groups, GetStats())["refused_loading"]
     node.tell(groups, ListGroups(2, None), sender="probe")
     assert _answer(node) == ["list", LOADING]
+    assert node.ask(groups, GetStats())["refused_loading"] == refused + 1  # counted
+
+
+def test_list_transactions_is_refused_while_a_partition_led_here_is_loading(
+        manual_node: Node) -> None:
+    """The count known, one partition's load under way (its read not answered):
+    ListTransactions would miss that partition's transactions, so the coordinator answers
+    COORDINATOR_LOAD_IN_PROGRESS, as Kafka's listTransactionStates while any partition
+    loads; once loaded it lists."""
+    node = manual_node
+    topo, config = _node(node)
+    txns = node.spawn(TransactionCoordinator, txn_coordinator_name(0), topology=topo,
+                      config=config, index=0, clock=node.clock, cluster=True)
+    node.tell(txns, ListTxns(1, [], []), sender="probe")
+    assert _answer(node) == ["txns", 0, []]  # leads nothing: nothing to miss
+    node.tell(txns, TxnCoordinatorPartitions(
+        [TxnPartitionRow(p, 0) for p in range(REAL_COUNT)], [], 0))
+    node.quiesce()
+    refused = node.ask(txns, GetStats())["refused_loading"]
+    node.tell(txns, ListTxns(2, [], []), sender="probe")
+    assert _answer(node) == ["txns", LOADING, []]  # the count not known: nothing loaded
+    assert node.ask(txns, GetStats())["refused_loading"] == refused + 1  # counted
+    node.tell(txns, TxnCoordinatorPartitions([], [], REAL_COUNT))
+    wait_for(lambda: node.ask(txns, GetStats())["loaded_partitions"] == [0, 1, 2] or None,
+             "the load")
+    node.tell(txns, ListTxns(3, [], []), sender="probe")
+    assert _answer(node) == ["txns", 0, [TXN_ID]]
+    LogShard.unanswered = {(TRANSACTION_STATE_TOPIC, 1)}
+    # partition 1 resigned and led again: its load starts, its read is never answered
+    node.tell(txns, TxnCoordinatorPartitions([], [1], REAL_COUNT))
+    node.tell(txns, TxnCoordinatorPartitions([TxnPartitionRow(1, 1)], [], REAL_COUNT))
+    node.quiesce()
+    assert node.ask(txns, GetStats())["loaded_partitions"] == [0, 2]
+    refused = node.ask(txns, GetStats())["refused_loading"]
+    node.tell(txns, ListTxns(4, [], []), sender="probe")
+    assert _answer(node) == ["txns", LOADING, []]
+    assert node.ask(txns, GetStats())["refused_loading"] == refused + 1

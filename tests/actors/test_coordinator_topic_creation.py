@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loguru import logger
 
 from actors.controller import Controller
-from actors.coordinator_reads import CREATE_WAIT_MS
+from actors.coordinator_reads import CREATE_WAIT_MS, REFUSED_RETRY_MS
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.topic_store import TopicStore
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
+from actors.group_coordinator import RETRY_MS as GROUP_RETRY_MS
 from actors.group_coordinator import GroupCoordinator
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
@@ -43,6 +45,7 @@ from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.timer import Timer
 from actors.topology import Topology
+from actors.transaction_coordinator import RETRY_MS as TXN_RETRY_MS
 from actors.transaction_coordinator import TransactionCoordinator, txn_coordinator_for
 from tests.actors.test_transaction_coordinator_shell import Probe
 from tests.fixtures.crash import crash_once, fail_once
@@ -249,3 +252,129 @@ def test_a_late_answer_to_an_earlier_ask_is_not_taken_for_the_current_one(
     assert found["create_answers_stale"] == 2 and found["phase"] not in ("creating",
                                                                           "create-retry")
     assert asked(2) == [first, second]  # asked no more
+
+
+@pytest.mark.parametrize("kind", ["group", "transaction"])
+def test_a_refused_name_is_no_success_and_is_asked_for_again_seldom(
+        manual_node: Node, kind: str) -> None:
+    """The Controller refuses the log topic's name (its znodes were removed from ZooKeeper
+    by hand: INVALID_TOPIC_EXCEPTION, until they are written back or the controller moves).
+    The coordinator loads
+    nothing (the topic does not exist) and asks again only after REFUSED_RETRY_MS, not at
+    its passing-failure pace."""
+    config = Config({"offsets.topic.num.partitions": 2,
+                     "transaction.state.log.num.partitions": 2,
+                     "num.group.coordinators": 1, "num.partition.shards": 1,
+                     "num.io.threads": 1})
+    topo = Topology.from_config(manual_node.name, config)
+    controller = manual_node.spawn(SilentController, topo.controller.name)
+    if kind == "group":
+        coordinator = manual_node.spawn(GroupCoordinator, topo.coordinator(0).name,
+                                        topology=topo, config=config,
+                                        clock=manual_node.clock, wait_for_handlers=False)
+        topic = OFFSETS_TOPIC
+    else:
+        coordinator = txn_coordinator_for(
+            topo, int(config["transaction.state.log.num.partitions"]), "app")
+        manual_node.spawn(TransactionCoordinator, coordinator.name, topology=topo,
+                          config=config, index=0, clock=manual_node.clock, topic_exists=True)
+        topic = TRANSACTION_STATE_TOPIC
+
+    def asked(count: int) -> list[int]:
+        return list(wait_for(lambda: (lambda a: a if len(a) >= count else None)(
+            manual_node.ask(controller, GetStats())), f"{count} CreateTopics"))
+
+    [first] = asked(1)
+    manual_node.tell(coordinator, CreateTopicsDone(first, [CreateTopicDoneRow(
+        topic, int(ErrorCode.INVALID_TOPIC_EXCEPTION), "removed from ZooKeeper by hand",
+        -1, -1)]), sender=controller.name)
+    found: dict[str, Any] = manual_node.ask(coordinator, GetStats())
+    assert found["phase"] == "create-retry", "a refusal taken for the topic"
+    manual_node.advance_clock(REFUSED_RETRY_MS - 1)
+    assert manual_node.ask(controller, GetStats()) == [first], "asked again at once"
+    manual_node.advance_clock(1)
+    assert len(asked(2)) == 2
+
+
+def _silent_start(manual_node: Node, kind: str) -> tuple[Address, Address, str]:
+    """A coordinator of ``kind`` asking a SilentController for its log topic: (the
+    Controller, the coordinator, the topic)."""
+    config = Config({"offsets.topic.num.partitions": 2,
+                     "transaction.state.log.num.partitions": 2,
+                     "num.group.coordinators": 1, "num.partition.shards": 1,
+                     "num.io.threads": 1})
+    topo = Topology.from_config(manual_node.name, config)
+    controller = manual_node.spawn(SilentController, topo.controller.name)
+    if kind == "group":
+        coordinator = manual_node.spawn(GroupCoordinator, topo.coordinator(0).name,
+                                        topology=topo, config=config,
+                                        clock=manual_node.clock, wait_for_handlers=False)
+        return controller, coordinator, OFFSETS_TOPIC
+    coordinator = txn_coordinator_for(
+        topo, int(config["transaction.state.log.num.partitions"]), "app")
+    manual_node.spawn(TransactionCoordinator, coordinator.name, topology=topo,
+                      config=config, index=0, clock=manual_node.clock, topic_exists=True)
+    return controller, coordinator, TRANSACTION_STATE_TOPIC
+
+
+def _asked(manual_node: Node, controller: Address, count: int) -> list[int]:
+    return list(wait_for(lambda: (lambda a: a if len(a) >= count else None)(
+        manual_node.ask(controller, GetStats())), f"{count} CreateTopics"))
+
+
+def _answer(manual_node: Node, controller: Address, coordinator: Address, req_id: int,
+            topic: str, code: ErrorCode, message: str | None) -> None:
+    ok = code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
+    manual_node.tell(coordinator, CreateTopicsDone(req_id, [CreateTopicDoneRow(
+        topic, int(code), message, 2 if ok else -1, 1 if ok else -1)]), sender=controller.name)
+
+
+@pytest.mark.parametrize("code", [ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER,
+                                  ErrorCode.POLICY_VIOLATION], ids=lambda c: c.name)
+@pytest.mark.parametrize("kind", ["group", "transaction"])
+def test_a_passing_failure_is_asked_again_at_the_retry_pace(
+        manual_node: Node, kind: str, code: ErrorCode) -> None:
+    """Only the removed-by-hand refusal waits REFUSED_RETRY_MS: a passing failure, and a
+    POLICY_VIOLATION (a partition budget's, lifted as soon as partitions go), is asked
+    again after the coordinator's RETRY_MS, as before."""
+    retry_ms = GROUP_RETRY_MS if kind == "group" else TXN_RETRY_MS
+    assert retry_ms < REFUSED_RETRY_MS
+    controller, coordinator, topic = _silent_start(manual_node, kind)
+    [first] = _asked(manual_node, controller, 1)
+    _answer(manual_node, controller, coordinator, first, topic, code, "injected")
+    found: dict[str, Any] = manual_node.ask(coordinator, GetStats())
+    assert found["phase"] == "create-retry"
+    manual_node.advance_clock(retry_ms - 1)
+    assert manual_node.ask(controller, GetStats()) == [first], "asked again at once"
+    manual_node.advance_clock(1)
+    assert len(_asked(manual_node, controller, 2)) == 2
+
+
+@pytest.mark.parametrize("kind", ["group", "transaction"])
+def test_a_create_error_is_logged_once_until_it_changes(manual_node: Node, kind: str) -> None:
+    """The same error again is logged at debug only; a different one at error again; a
+    success forgets the last one logged."""
+    retry_ms = GROUP_RETRY_MS if kind == "group" else TXN_RETRY_MS
+    controller, coordinator, topic = _silent_start(manual_node, kind)
+    lines: list[tuple[str, str]] = []
+    sink = logger.add(lambda m: lines.append((m.record["level"].name, m.record["message"])),
+                      level="DEBUG", filter=lambda r: "cannot create" in r["message"])
+    try:
+        sequence = [ErrorCode.REQUEST_TIMED_OUT, ErrorCode.REQUEST_TIMED_OUT,
+                    ErrorCode.NOT_CONTROLLER, ErrorCode.NOT_CONTROLLER]
+        for count, code in enumerate(sequence, start=1):
+            req_id = _asked(manual_node, controller, count)[-1]
+            _answer(manual_node, controller, coordinator, req_id, topic, code, "injected")
+            manual_node.ask(coordinator, GetStats())  # the answer taken
+            manual_node.advance_clock(retry_ms)
+        assert [level for level, _ in lines] == ["ERROR", "DEBUG", "ERROR", "DEBUG"]
+        assert "REQUEST_TIMED_OUT" in lines[0][1] and "NOT_CONTROLLER" in lines[2][1]
+        actor: Any = manual_node.actors[coordinator.name]
+        assert actor.create_error_logged == (int(ErrorCode.NOT_CONTROLLER), "injected")
+        req_id = _asked(manual_node, controller, len(sequence) + 1)[-1]
+        _answer(manual_node, controller, coordinator, req_id, topic,
+                ErrorCode.TOPIC_ALREADY_EXISTS, None)
+        manual_node.ask(coordinator, GetStats())
+        assert actor.create_error_logged is None
+    finally:
+        logger.remove(sink)

@@ -17,6 +17,11 @@ And the give-up catches only a lost answer: a write that succeeds late (a shard 
 backlog) is a success; a load from a shard lagging for good takes the overdue answer
 and finishes; a coordinator restarted at the crash's instant (the manual clock has not
 moved) does not reuse the crashed instance's request ids.
+
+And an admin's deletion of ``__consumer_offsets`` on a single node: the coordinator
+starts over (parked requests and writes in flight answered) when told by the
+Controller, or, if that word was lost, when an append is answered
+UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -52,10 +57,18 @@ from wire.broker_messages import (
     Append,
     AppendDone,
     AppendDoneRow,
+    CreateTopicDoneRow,
+    CreateTopics,
+    CreateTopicsDone,
+    DropPartitions,
     GetStats,
+    OpenPartitionRow,
+    OpenPartitions,
     Read,
+    ShardDone,
     TopicEntry,
     TopicPartition,
+    TopicsDeleted,
 )
 from wire.errors import ErrorCode
 from wire.group_messages import (
@@ -82,7 +95,7 @@ class Probe(Actor):
     def setup(self) -> None:
         self.answers: list[Any] = []
 
-    @handles(OffsetFetchDone, OffsetCommitDone, JoinGroupDone, SyncGroupDone)
+    @handles(OffsetFetchDone, OffsetCommitDone, JoinGroupDone, SyncGroupDone, ShardDone)
     def on_answer(self, msg: Any) -> None:
         self.answers.append(msg)
 
@@ -91,10 +104,37 @@ class Probe(Actor):
         return [list(a) for a in self.answers]
 
 
+class RecreatingController(ExistingTopicController):
+    """Says the topic exists; once ``deleted`` is set (an admin deleted it), a
+    CreateTopics has the shard make its partitions again (before the answer, so the
+    coordinator's reads find them) and is answered created."""
+
+    def setup(self) -> None:
+        self.deleted = False
+        self.topo = Topology.from_config(self.node.name, Config({
+            "offsets.topic.num.partitions": NUM_PARTITIONS, "num.partition.shards": 1}))
+
+    @handles(CreateTopics)
+    def on_create(self, msg: CreateTopics) -> None:
+        if not self.deleted:
+            super().on_create(msg)
+            return
+        self.deleted = False
+        self.tell(self.topo.shard(0), OpenPartitions(-1, [
+            OpenPartitionRow(OFFSETS_TOPIC, p, {}) for p in range(NUM_PARTITIONS)]))
+        self.reply(CreateTopicsDone(msg.req_id, [
+            CreateTopicDoneRow(r.name, 0, None, NUM_PARTITIONS, 1) for r in msg.rows]))
+
+    @handles(ShardDone)
+    def on_shard_done(self, msg: ShardDone) -> None:
+        assert not msg.failed, msg
+
+
 class Broker:
     """One node's real coordinator and shard over a real log directory."""
 
-    def __init__(self, node: Node, tmp_path: Path, shard_up: bool = True) -> None:
+    def __init__(self, node: Node, tmp_path: Path, shard_up: bool = True,
+                 controller: type[Actor] = ExistingTopicController) -> None:
         self.node = node
         self.config = Config({"offsets.topic.num.partitions": NUM_PARTITIONS,
                               "num.group.coordinators": 1, "num.partition.shards": 1,
@@ -109,7 +149,7 @@ class Broker:
         self.spawn_shard()
         if not shard_up:
             node.stop_actor(self.topo.shard(0).name)
-        node.spawn(ExistingTopicController, self.topo.controller.name)
+        node.spawn(controller, self.topo.controller.name)
         node.spawn(Probe, "probe")
         self.coordinator = node.spawn(GroupCoordinator, self.topo.coordinator(0).name,
                                       topology=self.topo, config=self.config,
@@ -404,3 +444,70 @@ def test_a_coordinator_restarted_at_the_same_instant_takes_new_request_ids(
     wait_for(lambda: broker.stats()["late_append_answers"] == 2, "the late answers")
     assert [broker.answer(rid) for rid in pending] == [None] * 3
     assert broker.stats()["appends_in_flight"] == 3
+
+
+def delete_offsets_topic(broker: Broker) -> None:
+    """What the Controller has the shard do for an admin's DeleteTopics (its word to the
+    coordinators is the test's to send, or lose)."""
+    broker.node.tell(broker.topo.shard(0), DropPartitions(-7, [
+        TopicPartition(OFFSETS_TOPIC, p) for p in range(NUM_PARTITIONS)]), sender="probe")
+    assert wait_for(lambda: broker.answer(-7), "the partitions dropped")[2] == []
+    broker.node.actors[broker.topo.controller.name].deleted = True  # type: ignore[attr-defined]
+
+
+def test_an_append_answered_unknown_topic_starts_the_coordinator_over(
+        manual_node: Node, tmp_path: Path) -> None:
+    """The Controller's TopicsDeleted was lost (it crashed between its save and its
+    send): the first write to the deleted topic, answered UNKNOWN_TOPIC_OR_PARTITION,
+    says it instead, and the coordinator starts over; before, every write failed until
+    a restart."""
+    node = manual_node
+    broker = Broker(node, tmp_path, controller=RecreatingController)
+    assert broker.commit_error(broker.commit(5)) == 0
+    delete_offsets_topic(broker)
+    assert broker.commit_error(broker.commit(7)) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    broker.wait_loaded()
+    assert broker.committed() == -1  # the offsets went with the topic
+    assert broker.commit_error(broker.commit(9)) == 0
+    assert broker.committed() == 9
+
+
+def test_the_deletion_answers_a_parked_join_and_a_write_in_flight(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TopicsDeleted comes while a JoinGroup waits for its rebalance and an offset
+    commit's append is in the shard: the join is answered NOT_COORDINATOR (the client
+    finds the coordinator again), the commit is answered failed, and the append's late
+    answer is ignored; then the coordinator loads the topic made again."""
+    node = manual_node
+    broker = Broker(node, tmp_path, controller=RecreatingController)
+    def join_as(client: str) -> int:
+        return broker.send(lambda rid: JoinGroup(
+            rid, "g", "", None, client, "/127.0.0.1", "consumer",
+            [JoinProtocolRow("range", b"meta")], 30_000, 30_000, False))
+
+    first = join_as("first")
+    assert wait_for(lambda: broker.answer(first), "the first join")[1] == 0
+    join = join_as("second")  # a rebalance: parked until the first member rejoins
+    wait_for(lambda: broker.stats()["groups"] == {"g": "PreparingRebalance"}, "the join parked")
+    permits = held(monkeypatch, "on_append", Append)
+    node.stop_actor(broker.topo.shard(0).name)
+    broker.spawn_shard()
+    commit = broker.send(lambda rid: OffsetCommit(  # a standalone consumer's commit
+        rid, "other", -1, "", None, [OffsetCommitRow("t", 0, 3, -1, "")]))
+    wait_for(lambda: broker.stats()["appends_in_flight"] == 1, "the append sent")
+    assert broker.answer(join) is None and broker.answer(commit) is None
+
+    node.actors[broker.topo.controller.name].deleted = True  # type: ignore[attr-defined]
+    node.tell(broker.coordinator, TopicsDeleted([OFFSETS_TOPIC]), sender="probe")
+    assert wait_for(lambda: broker.answer(join), "the join's answer")[1] == \
+        ErrorCode.NOT_COORDINATOR
+    assert broker.commit_error(commit) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert broker.stats()["groups"] == {}
+    permits.release()  # the shard writes it (the test dropped nothing) and answers, late
+    wait_for(lambda: broker.stats()["late_append_answers"] == 1, "the late answer")
+    assert [a for a in node.ask(Address(node.name, "probe"), GetStats())
+            if a[0] == commit] == [broker.answer(commit)]  # answered once
+    for _ in range(4):  # the reload's reads and the next commit's append
+        permits.release()
+    broker.wait_loaded()
+    assert broker.commit_error(broker.commit(4)) == 0

@@ -23,7 +23,11 @@ from actors.core.offsets_codec import (
     partition_for,
 )
 from actors.core.record_batch import CONTROL_BIT, TRANSACTIONAL_BIT, build_batch
-from actors.group_coordinator import GroupCoordinator, decode_batches, encode_records
+from actors.group_coordinator import (
+    GroupCoordinator,
+    decode_batches,
+    encode_records,
+)
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.config import Config

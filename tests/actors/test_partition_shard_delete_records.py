@@ -19,6 +19,7 @@ from actors.core.record_batch import build_batch
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
 from actors.runtime.actor import Actor, handles
+from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
@@ -210,5 +211,25 @@ def test_a_waiting_delete_past_its_timeout_is_answered_timed_out(
     _three_records_fetched(leader, "u")
     req = leader.delete([("u", 2)], 500)
     leader.fetch("u", 3, 0)
+    assert leader.answer(req) == [["u", 0, 0, TIMED_OUT]]
+    assert leader.waiting() == 0
+
+
+def test_a_wall_clock_stepped_back_does_not_put_off_a_waiting_deletes_timeout(
+        manual_node: Node, tmp_path: Path) -> None:
+    """The follower never moves its log start; the wall clock steps back a minute while
+    the delete waits. Its timeout_ms (30 s) still ends the wait 30 s after the request
+    (Kafka's delayed operations expire on the monotonic clock), not a minute later."""
+    node = manual_node
+    clock = node.clock
+    assert isinstance(clock, ManualClock)
+    leader = Leader(node, tmp_path)
+    _three_records_fetched(leader, "u")
+    req = leader.delete([("u", 2)], 30_000)
+    wait_for(lambda: leader.waiting() == 1, "the DeleteRecords waiting for follower 2")
+    clock.set_wall_ms(clock.wall_ms() - 60_000)
+    node.advance_clock(29_999)
+    assert leader.waiting() == 1 and not leader.got("DeleteRecordsDone")
+    node.advance_clock(1)
     assert leader.answer(req) == [["u", 0, 0, TIMED_OUT]]
     assert leader.waiting() == 0

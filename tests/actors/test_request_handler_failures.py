@@ -73,3 +73,20 @@ def test_a_replica_fetch_that_raises_is_answered_in_error(
             "the ReplicaFetch answers", timeout=20)
         assert got[-1] == [req_id, [["t", p, int(ErrorCode.UNKNOWN_SERVER_ERROR)]
                                     for p in (0, 1)]], got
+
+
+def test_a_replica_fetch_no_shard_answers_is_abandoned_and_answered_in_error(
+        node: Node) -> None:
+    # The shards it asks do not run here: nothing answers, and no other message comes to
+    # wake the handler, whose loop skips it only while nothing is pending (quiet_turns).
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    ctx = HandlerContext(topo, Config({"request.timeout.ms": 100}), 1, "127.0.0.1", 9092,
+                         "cluster", 0, {"t": TopicEntry(2, {})}, clock=node.clock)
+    handler = node.spawn(RequestHandler, "handler-0", context=ctx)
+    fetcher = node.spawn(Fetcher, "fetcher")
+    rows = [ReplicaFetchRow("t", p, 0, 0, -1, 1 << 20) for p in (0, 1)]
+    node.tell(handler, ReplicaFetch(9, 2, 100, 1, 1 << 20, rows), sender="fetcher")
+    got: list[Any] = wait_for(lambda: node.ask(fetcher, GetStats()), "the abandoned answer",
+                              timeout=20)
+    assert got == [[9, [["t", p, int(ErrorCode.UNKNOWN_SERVER_ERROR)] for p in (0, 1)]]]
+    assert node.metrics.get("requests_abandoned") == 1

@@ -14,9 +14,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from loguru import logger
 
-from actors.core.transaction_log import TRANSACTION_STATE_TOPIC, decode_value
+from actors import transaction_coordinator
+from actors.coordinator_reads import LOAD_READ_MAX_BYTES
+from actors.core.record_batch import build_batch
+from actors.core.transaction_log import (
+    TRANSACTION_STATE_TOPIC,
+    TxnLogValue,
+    TxnStatus,
+    decode_value,
+    encode_key,
+    encode_value,
+    partition_for,
+)
 from actors.group_coordinator import decode_batches
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
@@ -27,6 +39,7 @@ from actors.topology import Topology
 from actors.transaction_coordinator import (
     MARKER_TIMEOUT_MS,
     RETRY_MS,
+    TICK_SLICE_IDS,
     TransactionCoordinator,
     txn_coordinator_for,
 )
@@ -153,17 +166,20 @@ class ShortIsrShard(FakeShard):
         super().on_markers(msg)
 
 
-def start(node: Node, shard: type[FakeShard] = FakeShard) -> tuple[Topology, Config, Address]:
+def start(node: Node, shard: type[FakeShard] = FakeShard, tick_ms: int = TICK_MS,
+          in_shard_loop: bool = False) -> tuple[Topology, Config, Address]:
+    """The coordinator and its fakes; ``in_shard_loop``: it runs in the shard's worker
+    loop (as with actor.threads = single), not a thread of its own."""
     config = Config({"transaction.state.log.num.partitions": 4, "num.group.coordinators": 1,
                      "num.partition.shards": 1,
-                     "transaction.abort.timed.out.transaction.cleanup.interval.ms": TICK_MS})
+                     "transaction.abort.timed.out.transaction.cleanup.interval.ms": tick_ms})
     topo = Topology.from_config(node.name, config)
     node.spawn(Timer, topo.timer.name)
     node.spawn(FakeController, topo.controller.name)
     node.spawn(shard, topo.shard(0).name)
     node.spawn(Probe, "probe")
     node.spawn(TransactionCoordinator, "txn-coordinator-0", topology=topo, config=config,
-               index=0)
+               index=0, **({"host": topo.shard(0).name} if in_shard_loop else {}))
     return topo, config, txn_coordinator_for(
         topo, int(config["transaction.state.log.num.partitions"]), "app")
 
@@ -243,6 +259,39 @@ def test_an_unanswered_marker_request_is_sent_again(manual_node: Node) -> None:
     assert node.ask(coordinator, GetStats())["marker_jobs"] == 0
 
 
+def test_a_marker_request_is_sent_again_at_its_deadline_with_no_message_between(
+        manual_node: Node) -> None:
+    """The coordinator keeps its earliest deadline between the messages it handles: with
+    no tick (and no other message) while the clock moves, the unanswered markers still go
+    again exactly at MARKER_TIMEOUT_MS, not before."""
+    node = manual_node
+    topo, _config, coordinator = start(node, DroppingShard, tick_ms=100 * MARKER_TIMEOUT_MS)
+    node.tell(coordinator, InitTxnProducer(1, "app", 600_000, -1, -1), sender="probe")
+    node.quiesce()
+    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
+             timeout=10)
+    node.tell(coordinator, InitTxnProducer(2, "app", 600_000, -1, -1), sender="probe")
+    node.quiesce()
+    _rid, error, producer_id, epoch = probe_answers(node)[1]
+    assert error == 0
+    node.tell(coordinator, AddPartitionsToTxn(3, "app", producer_id, epoch,
+                                              [TxnTopicPartition("t", 0)]), sender="probe")
+    node.quiesce()
+    node.tell(coordinator, EndTxn(4, "app", producer_id, epoch, True), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[3] == [4, 0]
+    shard = topo.shard(0)
+    step = MARKER_TIMEOUT_MS // 5
+    for _ in range(4):
+        node.advance_clock(step)  # turns of the loop, nothing due yet: asked of the shard only
+        assert node.ask(shard, GetStats())["markers"] == []
+    node.advance_clock(step - 1)
+    assert node.ask(shard, GetStats())["markers"] == []
+    node.advance_clock(1)
+    assert node.ask(shard, GetStats())["markers"] == [["t", 0, epoch, True]]
+    assert node.ask(coordinator, GetStats())["marker_jobs"] == 0
+
+
 def test_markers_and_completion_refused_for_a_short_isr_are_retried_and_logged_once(
         manual_node: Node) -> None:
     """The partition refuses the commit marker (NOT_ENOUGH_REPLICAS) three times, then
@@ -291,3 +340,121 @@ def test_markers_and_completion_refused_for_a_short_isr_are_retried_and_logged_o
     assert len(refused) == 2, refused  # one for the markers, one for __transaction_state
     assert any("written after 3 failed attempt(s)" in line for line in lines)
     assert any("works again after 2 failed append(s)" in line for line in lines)
+
+
+class RecordingShard(FakeShard):
+    """Keeps each Read's byte budget and partitions."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.reads: list[tuple[int, list[int]]] = []
+
+    @handles(Read)
+    def on_read(self, msg: Read) -> None:
+        self.reads.append((msg.max_bytes, [r.partition for r in msg.rows]))
+        super().on_read(msg)
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return {**super().stats(_msg), "reads": list(self.reads)}
+
+
+def test_a_loads_read_asks_a_megabyte_over_all_its_partitions(manual_node: Node) -> None:
+    # The coordinator runs in the worker loop: an answer of 8 MB (the shared default)
+    # would hold up every request of the process while it is decoded. The shard keeps
+    # the Read's max_bytes over all its partitions, save one batch (Kafka's semantics).
+    node = manual_node
+    topo, _config, coordinator = start(node, RecordingShard)
+    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
+    node.quiesce()
+    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
+             timeout=10)
+    reads = node.ask(topo.shard(0), GetStats())["reads"]
+    assert sorted(p for _budget, parts in reads for p in parts) == [0, 1, 2, 3]
+    assert all(budget == LOAD_READ_MAX_BYTES for budget, _parts in reads), reads
+
+
+class ManyOngoingShard(FakeShard):
+    """__transaction_state holds MANY Ongoing transactions, started at 0 with a 1 s
+    timeout: all past it at the first tick."""
+
+    count = 5000  # MANY
+
+    @handles(Read)
+    def on_read(self, msg: Read) -> None:
+        rows = []
+        for r in msg.rows:
+            ids = [t for t in (f"many-{i}" for i in range(self.count))
+                   if partition_for(t, 4) == r.partition]
+            records = build_batch(
+                [encode_value(TxnLogValue(i, 0, 1000, TxnStatus.ONGOING, (("t", 0),), 0, 0))
+                 for i in range(len(ids))], keys=[encode_key(t) for t in ids]) if ids else b""
+            end = len(ids)
+            rows.append(ReadDoneRow(r.topic, r.partition, 0, end, 0,
+                                    records if r.fetch_offset < end else b"", 0, 0, end))
+        self.reply(ReadDone(msg.req_id, rows))
+
+
+MANY = 5000
+
+
+def test_a_tick_aborts_many_timed_out_transactions_a_slice_a_poll(manual_node: Node) -> None:
+    """5,000 transactions past their timeout at the first tick, more than TICK_SLICE_IDS:
+    every one is fenced and aborted, over several polls of the loop (slices), not all in
+    the call that handles the tick."""
+    node = manual_node
+    topo, _config, coordinator = start(node, ManyOngoingShard)
+    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
+    node.quiesce()
+    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
+             timeout=30)
+    assert set(node.ask(coordinator, GetStats())["transactions"].values()) == {"Ongoing"}
+    node.advance_clock(2 * TICK_MS)
+
+    def aborted() -> bool:
+        states = node.ask(coordinator, GetStats())["transactions"]
+        return sum(s == "CompleteAbort" for s in states.values()) == MANY
+    wait_for(aborted, "every timed-out transaction aborted", timeout=60)
+    stats = node.ask(coordinator, GetStats())
+    # each slice looked at TICK_SLICE_IDS entries at most (one call would look at all)
+    assert stats["expiry_visits"] >= MANY
+    assert stats["expiry_slice_most"] == TICK_SLICE_IDS
+    assert stats["expiry_slices"] >= -(-MANY // TICK_SLICE_IDS)  # the tick's, then more
+    assert node.ask(topo.shard(0), GetStats())["values"].count("CompleteAbort") == MANY
+
+
+class FewOngoingShard(ManyOngoingShard):
+    count = 60
+
+
+def test_the_abort_sweep_goes_on_in_a_shared_loop_with_no_message_to_wake_it(
+        manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The coordinator runs in its shard's worker loop, a slice of the tick's abort sweep
+    is 8 ids (60 past their timeout): each slice's writes and markers are answered within
+    the loop's turn that sent them, so once they are, nothing is due but the sweep's next
+    slice (core.expiry_more). on_turn must not then say quiet (Actor.quiet_turns): the
+    loop would skip the coordinator, and the rest of the sweep wait for a message that
+    never comes (no request, the Timer's next tick only when the clock is moved)."""
+    monkeypatch.setattr(transaction_coordinator, "TICK_SLICE_IDS", 8)
+    node = manual_node
+    topo, _config, coordinator = start(node, FewOngoingShard, in_shard_loop=True)
+    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
+    node.quiesce()
+    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
+             timeout=30)
+    assert set(node.ask(coordinator, GetStats())["transactions"].values()) == {"Ongoing"}
+    assert len(node.ask(coordinator, GetStats())["transactions"]) == FewOngoingShard.count
+
+    node.advance_clock(2 * TICK_MS)  # the tick: its first slice, then the loop's turns
+
+    # Watched through the shard alone: a message to the coordinator would wake it
+    def aborted() -> int:
+        values: list[str] = node.ask(topo.shard(0), GetStats())["values"]
+        return values.count("CompleteAbort")
+    wait_for(lambda: aborted() == FewOngoingShard.count,
+             "every timed-out transaction aborted with no message to the coordinator",
+             timeout=10)
+    stats = node.ask(coordinator, GetStats())
+    assert stats["expiry_slice_most"] == 8
+    assert stats["expiry_slices"] >= FewOngoingShard.count // 8
+    assert set(stats["transactions"].values()) == {"CompleteAbort"}

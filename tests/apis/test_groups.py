@@ -272,3 +272,17 @@ def test_describe_groups_keeps_request_order(version: int) -> None:
     member = resp.groups[0].members[0]
     assert (member.client_host, member.member_metadata, member.member_assignment) == (
         "/10.0.0.1", b"meta", b"assign")
+
+
+@pytest.mark.parametrize(("peer", "printed"), [
+    ("127.0.0.1", "/127.0.0.1"),
+    ("::1", "/0:0:0:0:0:0:0:1"),
+    ("2001:db8::a:0:1", "/2001:db8:0:0:0:a:0:1"),
+    ("::ffff:127.0.0.1", "/127.0.0.1"),  # IPv4-mapped: Java makes it an Inet4Address
+    ("fe80::1%eth0", "/fe80:0:0:0:0:0:0:1%eth0"),
+    ("", ""),
+])
+def test_a_members_host_is_printed_as_java_prints_its_address(peer: str, printed: str) -> None:
+    """Kafka keeps a member's host as InetAddress.toString: DescribeGroups shows
+    "/0:0:0:0:0:0:0:1" for an IPv6 loopback client, not "/::1"."""
+    assert groups.java_host(peer) == printed

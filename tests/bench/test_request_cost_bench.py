@@ -65,3 +65,33 @@ def test_bench_request_cost_refuses_partitions_for_a_fetch() -> None:
                                           "--requests", "5"])
     assert result.exit_code != 0
     assert "count a Produce" in result.output
+
+
+def test_a_one_record_produce_and_fetch_skip_the_calls_issue_18_removed(tmp_path: Path) -> None:
+    """Calls taken off the small-request path stay off: the Processor decides whether a
+    connection reads once per read (_take_frames) and once per answer, not again after
+    the read; the leader's produce reads the log end without the property; the codec
+    writes one-byte counts without _put_count; the response's metric keys come without
+    metric_keys/latency_key calls."""
+    for api, gone in (("produce", ("core/partition_log.py:log_end_offset",
+                                   "kafka_codec/hot.py:_put_count",
+                                   "kafka_codec/hot.py:_count",
+                                   "actors/processor.py:metric_keys",
+                                   "actors/metrics.py:latency_key")),
+                      ("fetch", ("kafka_codec/hot.py:_count",
+                                 "kafka_codec/hot.py:_check_keys"))):
+        out = tmp_path / f"{api}.json"
+        result = CliRunner().invoke(command, ["--api", api, "--requests", "50", "--warmup",
+                                              "10", "--top", "400", "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        calls = dict(json.loads(out.read_text())["results"]["top_functions"])
+        # 2 and 1 measured; the half is room for a POLLOUT or a _resume_paused under
+        # load, while the decision taken again after each read (3 and 2) still fails
+        assert calls.get("actors/processor.py:_decide_reading", 0) <= 2.5, (api, calls)
+        assert calls.get("actors/processor.py:_refresh", 0) <= 1.5, (api, calls)
+        for name in gone:  # housekeeping (once a second) may call one now and then
+            assert calls.get(name, 0) < 0.5, (api, name, calls)
+        if api == "fetch":  # the records' size only: over a byte's worth of count
+            assert calls.get("kafka_codec/hot.py:_put_count", 0) <= 1.0, calls
+            # the row's size once (after the budget's cut), not four times
+            assert calls.get("wire/broker_messages.py:size", 0) <= 1.0, calls

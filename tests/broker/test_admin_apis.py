@@ -45,6 +45,10 @@ BROKER_CONFIG = {
     "offsets.topic.num.partitions": 4,
     "log.retention.check.interval.ms": 200,
     "log.roll.ms": 3_600_000,  # set in the file: STATIC_BROKER_CONFIG
+    # Kafka's DynamicBrokerReconfigurationTest's pair: ms wins (the default, 7 days, kept)
+    "log.retention.ms": 604_800_000,
+    "log.retention.hours": 24,
+    "node.id": 1,
 }
 
 
@@ -211,8 +215,9 @@ def test_describe_configs_gives_each_value_its_true_source_and_type(
     # segment.ms falls back to log.roll.ms, which the broker's config file sets
     assert entries["segment.ms"].value == "3600000"
     assert entries["segment.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    # log.roll.ms has no default of its own (Kafka's null): no DEFAULT_CONFIG synonym
     assert [(s.name, s.source) for s in entries["segment.ms"].synonyms.values()] == [
-        ("log.roll.ms", ConfigSource.DEFAULT_CONFIG.value)]  # the dict keeps one per name
+        ("log.roll.ms", ConfigSource.STATIC_BROKER_CONFIG.value)]
     assert entries["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     assert not entries["retention.ms"].is_read_only
 
@@ -239,6 +244,79 @@ def test_describe_configs_gives_each_value_its_true_source_and_type(
     assert brokers["num.io.threads"]["config_type"] == "INT"
     assert brokers["log.cleanup.policy"]["config_type"] == "LIST"
     assert brokers["log.cleaner.min.cleanable.ratio"]["config_type"] == "DOUBLE"
+
+
+def test_broker_and_topic_configs_answer_kafkas_retention_chain_and_names(
+        broker: BrokerProcess, kadmin: KafkaAdminClient, cadmin: AdminClient) -> None:
+    """As Kafka's ConfigHelper (ZooKeeper mode): log.retention.ms/.minutes/.hours each
+    described, with their synonyms in precedence order; broker.id; listeners with their
+    listener names; a password hidden."""
+    [entries] = result(cadmin.describe_configs(
+        [ConfigResource(ResourceType.BROKER, "1")])).values()
+    b = dict(entries)
+    assert (b["log.retention.ms"].value, b["log.retention.ms"].source) == (
+        "604800000", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert (b["log.retention.hours"].value, b["log.retention.hours"].source) == (
+        "24", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert (b["log.retention.minutes"].value, b["log.retention.minutes"].source) == (
+        None, ConfigSource.DEFAULT_CONFIG.value)  # no default, not set: null
+    assert (b["broker.id"].value, b["broker.id"].source) == (
+        "1", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert b["listeners"].value == f"PLAINTEXT://{broker.bootstrap}"
+    assert b["log.retention.hours"].is_read_only and not b["log.retention.hours"].is_sensitive
+    assert b["ssl.key.password"].is_sensitive and b["ssl.key.password"].value is None
+
+    def chain(entry: dict[str, Any]) -> list[tuple[str, str | None, str]]:
+        return [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]]
+
+    brokers = kadmin.describe_configs([KConfigResource(ConfigResourceType.BROKER, "1")],
+                                      include_synonyms=True, config_filter="all")["broker"]["1"]
+    static, default = "STATIC_BROKER_CONFIG", "DEFAULT_CONFIG"
+    retention_chain = [("log.retention.ms", "604800000", static),
+                       ("log.retention.hours", "24", static),
+                       ("log.retention.hours", "168", default)]
+    assert chain(brokers["log.retention.ms"]) == retention_chain
+    assert chain(brokers["log.retention.hours"]) == retention_chain[1:]
+    assert chain(brokers["log.retention.minutes"]) == []  # Kafka drops those before its own
+    # Kafka's broker.id default is -1 (Defaults.BrokerId), not node.id's
+    assert chain(brokers["broker.id"]) == [("broker.id", "1", static),
+                                           ("broker.id", "-1", default)]
+    # keys Kafka has no default for: null while not set (no DEFAULT_CONFIG synonym either)
+    for key in ("broker.rack", "ssl.keystore.location", "log.flush.interval.ms"):
+        assert (brokers[key]["value"], brokers[key]["config_source"], chain(brokers[key])) == (
+            None, default, []), key
+    assert brokers["broker.id"]["config_type"] == "INT"
+
+    create(kadmin, "chain", 1)
+    create(kadmin, "chain-own", 1, {"retention.ms": "1000"})
+    topics = kadmin.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "chain"),
+                                      KConfigResource(ConfigResourceType.TOPIC, "chain-own")],
+                                     include_synonyms=True, config_filter="all")["topic"]
+    retention = topics["chain"]["retention.ms"]
+    assert (retention["value"], retention["config_source"]) == ("604800000", static)
+    assert chain(retention) == retention_chain
+    own = topics["chain-own"]["retention.ms"]
+    assert chain(own) == [("retention.ms", "1000", "DYNAMIC_TOPIC_CONFIG"), *retention_chain]
+
+
+def test_subtracting_the_last_cleanup_policy_leaves_it_empty(
+        broker: BrokerProcess, kadmin: KafkaAdminClient, cadmin: AdminClient) -> None:
+    """Kafka's ValidList takes an empty cleanup.policy: the topic is then neither deleted
+    by retention nor compacted, and DeleteRecords is refused by policy."""
+    create(kadmin, "no-policy", 1, {"cleanup.policy": "compact"})
+    res = ConfigResource(ResourceType.TOPIC, "no-policy", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact",
+                    incremental_operation=AlterConfigOpType.SUBTRACT)])
+    assert list(result(cadmin.incremental_alter_configs([res])).values()) == [None]
+    entry = describe(cadmin, "no-policy")["cleanup.policy"]
+    assert (entry.value, entry.source) == ("", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    with pytest.raises(kerr.PolicyViolationError):
+        kadmin.delete_records({TopicPartition("no-policy", 0): 0})
+    # kafka-python's SUBTRACT of the default's only value: the same
+    create(kadmin, "no-policy-2", 1)
+    assert kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "no-policy-2", {
+        "cleanup.policy": ("SUBTRACT", "delete")})]) == {"topic": {"no-policy-2": "OK"}}
+    assert describe(cadmin, "no-policy-2")["cleanup.policy"].value == ""
 
 
 def test_incremental_alter_configs_with_both_clients(broker: BrokerProcess,
@@ -498,6 +576,20 @@ def test_describe_and_delete_groups_spread_over_two_processes_answer_every_group
             **{g: (None, "Empty") for g in groups[:4]}, **{g: (None, "Dead") for g in groups[4:]}}
         assert kadmin.delete_groups(groups) == {
             **{g: "OK" for g in groups[:4]}, **{g: "GroupIdNotFoundError" for g in groups[4:]}}
+        assert group_names(kadmin).isdisjoint(groups)
+        # each named twice in kafka-python's own request, over coordinators of both
+        # processes: one answer per group, each deleted once (Kafka takes the names
+        # distinct), on whichever process takes the connection
+        from kafka.protocol.admin.groups import DeleteGroupsRequest
+
+        from tests.broker.test_groups import call
+
+        for group in groups[:4]:
+            consume_and_commit(broker, group, "spread-t", 1)
+        answer = call(broker.bootstrap, DeleteGroupsRequest(
+            groups_names=groups[:5] + groups[:5]), 2)
+        assert [(r.group_id, r.error_code) for r in answer.results] == [
+            *((g, 0) for g in groups[:4]), (groups[4], 69)]  # GROUP_ID_NOT_FOUND
         assert group_names(kadmin).isdisjoint(groups)
         kadmin.close()
     finally:

@@ -889,3 +889,51 @@ def test_a_topic_named_twice_in_metadata_is_answered_and_auto_created_once(
         answered = [t.name for t in response.topics]
         assert answered == [topic], (auto, answered)
     assert [p.partition_index for p in settled(client, topic).partitions] == [0]  # type: ignore[attr-defined]
+
+
+def test_a_compacted_topic_refuses_a_record_without_a_key(broker: BrokerProcess) -> None:
+    """Kafka's LogValidator refuses a keyless record on a compacted topic (the cleaner
+    could never compact it): INVALID_RECORD to a real client; keyed records and
+    tombstones go in. It was appended."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = name("keyless")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})]
+                        )[topic].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "retries": 0, "linger.ms": 0})
+    results: list[tuple[bytes | None, str | None]] = []
+
+    def send(key: bytes | None, value: bytes | None) -> None:
+        producer.produce(topic, value=value, key=key, partition=0, on_delivery=lambda err, msg:
+                         results.append((key, err.name() if err else None)))
+        assert producer.flush(30) == 0
+
+    send(b"k", b"v")
+    send(None, b"no key")
+    send(b"k", None)  # a tombstone has a key
+    assert results == [(b"k", None), (None, "INVALID_RECORD"), (b"k", None)]
+
+
+@pytest.mark.parametrize("codec", [0, 4])  # none, zstd
+def test_a_compacted_topic_names_each_keyless_record_compressed_or_not(
+        client: RawClient, codec: int) -> None:
+    """Produce v8+: the keyless record is named in record_errors in Kafka's words, the
+    error_message is Kafka's RecordValidationException text, and nothing of the batch
+    is appended; a compressed batch is decompressed to read its keys."""
+    topic = name("keyless-raw")
+    assert client.create_topic(topic, 1, configs={"cleanup.policy": "compact"}) == 0
+    assert client.produce(topic, 0, record_batch([(b"k", b"v")])).error_code == 0
+    batch = record_batch([(b"k", b"x" * 200), (None, b"y" * 200)], compression=codec)
+    assert batch[22] & 0x07 == codec  # the attributes' codec: really compressed (or not)
+    response = client.call(PRODUCE, 9, produce_values(topic, 0, batch))
+    part = response.responses[0].partition_responses[0]
+    why = f"Compacted topic cannot accept message without key in topic partition {topic}-0"
+    assert part.error_code == ErrorCode.INVALID_RECORD
+    assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [
+        (1, why)]
+    assert part.error_message == (
+        "One or more records have been rejected due to 1 record errors in total, and only "
+        f"showing the first three errors at most: [RecordError(batchIndex=1, message='{why}')]")
+    assert client.list_offset(topic, 0, -1).offset == 1

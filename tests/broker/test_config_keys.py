@@ -165,6 +165,8 @@ EFFECTS: dict[str, list[str]] = {
     "log.roll.ms": [f"{HERE}::test_segments_roll_by_size_and_by_time"],
     "log.retention.bytes": [f"{HERE}::test_retention_by_size_and_by_time"],
     "log.retention.ms": [f"{HERE}::test_retention_by_size_and_by_time"],
+    "log.retention.minutes": [f"{HERE}::test_retention_minutes_and_hours_stand_in_for_ms"],
+    "log.retention.hours": [f"{HERE}::test_retention_minutes_and_hours_stand_in_for_ms"],
     "log.retention.check.interval.ms": [f"{HERE}::test_retention_by_size_and_by_time"],
     "log.index.interval.bytes": [f"{HERE}::test_log_index_interval_is_the_topics_default"],
     "log.index.size.max.bytes": [f"{HERE}::test_segments_roll_when_their_index_is_full"],
@@ -351,6 +353,10 @@ TUNED: dict[str, Any] = {
     "offsets.topic.num.partitions": 4,
     "request.timeout.ms": 12345,
     "purge.interval.requests": 77,
+    # log.retention.ms not set: the minutes rule, not the hours (Kafka's precedence)
+    "log.retention.minutes": 60,
+    "log.retention.hours": 10_000,
+    "log.retention.check.interval.ms": 500,
 }
 
 
@@ -397,6 +403,8 @@ STRICT: dict[str, Any] = {
     "group.initial.rebalance.delay.ms": 600_000,
     "log.cleanup.policy": "compact",
     "log.cleaner.enable": False,
+    "log.retention.hours": 1,  # neither log.retention.ms nor .minutes: the hours rule
+    "log.retention.check.interval.ms": 500,
 }
 
 
@@ -680,6 +688,19 @@ def test_retention_by_size_and_by_time(logs: Running) -> None:
         assert log_bytes(keep_size) >= 4096  # whole segments go, never below the limit
         assert client.list_offset("keep-size", 0, -2).offset > 0
         wait_for(lambda: client.list_offset("keep-time", 0, -2).offset == 8, "time retention")
+
+
+def test_retention_minutes_and_hours_stand_in_for_ms(tuned: Running, strict: Running) -> None:
+    """tuned: log.retention.minutes = 60 over log.retention.hours = 10000; strict:
+    log.retention.hours = 1. Either way records stamped two hours ago go."""
+    old = int(time.time() * 1000) - 2 * 3_600_000
+    topic_configs = {"segment.bytes": "1024", "cleanup.policy": "delete", **CREATE_TIME}
+    for running in (tuned, strict):
+        with running.client() as client:
+            assert create(client, "keep-minutes", configs=topic_configs).error_code == 0
+            produce_batches(client, "keep-minutes", 8, timestamp_ms=lambda i: old + i)
+            wait_for(lambda: client.list_offset("keep-minutes", 0, -2).offset == 8,
+                     "time retention by the minutes or hours")
 
 
 def test_flush_by_messages_and_by_time(logs: Running) -> None:

@@ -635,3 +635,75 @@ def test_committed_offsets_survive_a_broker_restart(tmp_path: Path) -> None:
         assert sorted(consumed + resumed) == [(p, o) for p in range(3) for o in range(100)]
     finally:
         assert broker.stop() == 0, broker.log()[-3000:]
+
+
+# ------------------------------------------------- offsets topic deleted
+
+
+def test_groups_work_again_after_the_offsets_topic_is_deleted(tmp_path: Path) -> None:
+    """Kafka lets an admin delete ``__consumer_offsets`` (DeleteTopics has no internal-topic
+    check; only kafka-topics.sh refuses): its coordinator resigns, the groups and their
+    offsets are gone, and the topic is made again, so groups work again. Before, this
+    broker kept serving groups from memory and every write to the missing topic failed
+    (JoinGroup and OffsetCommit answered errors until a restart)."""
+    from confluent_kafka import TopicPartition as CKTopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    broker = BrokerProcess(tmp_path / "data", config=GROUP_CONFIG).start()
+    bs, topic = broker.bootstrap, "after-offsets-delete"
+    try:
+        create_topic(bs, topic, 2)
+        produce(bs, topic, 10, 2)
+        before = CKConsumer({"bootstrap.servers": bs, "group.id": "before-delete"})
+        before.commit(offsets=[CKTopicPartition(topic, 0, 4)], asynchronous=False)
+        before.close()
+
+        admin = AdminClient({"bootstrap.servers": bs})
+        admin.delete_topics(["__consumer_offsets"])["__consumer_offsets"].result(30)
+
+        consumer = CKConsumer({"bootstrap.servers": bs, "group.id": "after-delete",
+                               "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                               "session.timeout.ms": SESSION_MS})
+        consumer.subscribe([topic])
+        seen: list[tuple[int, int]] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(seen) < 10 and time.monotonic() < deadline:
+            seen += [position(m) for m in consumer.consume(10, timeout=0.2)
+                     if m.error() is None]
+        assert sorted(seen) == [(p, o) for p in range(2) for o in range(5)]
+        consumer.commit(offsets=[CKTopicPartition(topic, 1, 3)], asynchronous=False)
+        [got] = consumer.committed([CKTopicPartition(topic, 1)], timeout=10)
+        assert got.offset == 3
+        consumer.close()
+
+        # the offsets committed before the deletion went with the topic, as in Kafka
+        old = CKConsumer({"bootstrap.servers": bs, "group.id": "before-delete"})
+        [gone] = old.committed([CKTopicPartition(topic, 0)], timeout=10)
+        old.close()
+        assert gone.offset < 0
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def test_describe_names_each_members_client_host(group_broker: BrokerProcess) -> None:
+    """DescribeGroups tells each member's host as Kafka does (the client's address as
+    Java prints it, "/127.0.0.1"), as kafka-consumer-groups.sh --describe shows it in HOST;
+    it answered "" for every member."""
+    from confluent_kafka.admin import AdminClient
+
+    bs, group = group_broker.bootstrap, "host-group"
+    create_topic(bs, "host-topic", 1)
+    consumer = CKConsumer({"bootstrap.servers": bs, "group.id": group, "client.id": "host-client",
+                           "session.timeout.ms": SESSION_MS})
+    consumer.subscribe(["host-topic"])
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert consumer.assignment()
+        admin = AdminClient({"bootstrap.servers": bs})
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert [(m.client_id, m.host) for m in described.members] == [
+            ("host-client", "/127.0.0.1")]
+    finally:
+        consumer.close()

@@ -119,6 +119,19 @@ def test_kafka_python_create_topics_returns_the_id_confluent_describes(
     assert _as_uuid(description.topic_id) == topic_id
 
 
+def test_kafka_python_describe_topic_partitions_answers_each_topic_id(
+        broker: BrokerProcess, kadmin: KafkaAdminClient) -> None:
+    """DescribeTopicPartitions (v0, KIP-966) answers the topic's id, as Kafka's handler
+    sets it from the metadata (it was the zero id)."""
+    topic = name("dtp")
+    [row] = kadmin.create_topics([NewTopic(topic, 2, 1)])["topics"]
+    assert row["error_code"] == 0, row
+    [described] = kadmin.describe_topic_partitions([topic])["topics"]
+    assert described["name"] == topic and described["error_code"] == 0
+    assert described["topic_id"] is not None
+    assert uuid.UUID(str(described["topic_id"])) == uuid.UUID(row["topic_id"])
+
+
 def _as_uuid(value: object) -> uuid.UUID:
     """confluent-kafka's Uuid (two signed 64-bit halves) as a uuid.UUID."""
     mask = (1 << 64) - 1

@@ -75,6 +75,14 @@ CASES: dict[str, Case] = {
     "config value out of range": Case(
         ["--config", "{base}/c.toml"], 2, ["num.io.threads = 0", "out of range", "from 1"],
         setup=_write("c.toml", '"num.io.threads" = 0\n')),
+    "retention of 0 from the hours": Case(
+        ["--config", "{base}/c.toml"], 2,
+        ["c.toml: log.retention.hours = 0", "delete every segment", "-1"],
+        setup=_write("c.toml", '"log.retention.hours" = 0\n')),
+    "retention of 0 from the minutes": Case(
+        ["--config", "{base}/c.toml"], 2,
+        ["c.toml: log.retention.minutes = 0", "delete every segment"],
+        setup=_write("c.toml", '"log.retention.minutes" = 0\n"log.retention.hours" = 5\n')),
     "config choice": Case(
         ["--config", "{base}/c.toml"], 2,
         ["actor.threads", "'many'", "'single', 'shared', 'dedicated'"],
@@ -436,3 +444,58 @@ def test_a_signal_after_a_failed_start_stops_serve(tmp_path: Path) -> None:
                 proc.kill()
                 proc.wait()
     assert proc.returncode == -signals.SIGTERM, (proc.returncode, rest[-300:])
+
+
+def test_a_signal_while_the_node_starts_is_one_line(tmp_path: Path) -> None:
+    """SIGTERM while the node starts (num.processes 2: process 1 holds before it takes
+    connections, by the test hook, so process 0 surely still waits for it; the signal
+    comes once process 1 holds and the group coordinator has logged its load): the
+    start's cleanup stops the node and serve says so in one line, the whole output after
+    the signal (it also logged "node ... stopped"). The data dir served once before, so
+    this start creates nothing."""
+    import select
+    import signal as signals
+    import time
+
+    from actors.processes import TEST_HOLD_READY_ENV
+
+    config = tmp_path / "broker.toml"
+    config.write_text('"num.processes" = 2\n"offsets.topic.num.partitions" = 1\n')
+    argv = [sys.executable, "-m", "actors.cli", "serve", "--listen", "127.0.0.1:0",
+            "--data-dir", str(tmp_path / "data"), "--config", str(config)]
+    first = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True)
+    try:
+        assert first.stdout is not None
+        assert "actorlog listening on" in first.stdout.readline()
+        first.send_signal(signals.SIGTERM)
+        assert first.wait(timeout=60) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    release = tmp_path / "release-ready"
+    held = b"holds its start until"
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, TEST_HOLD_READY_ENV: str(release)})
+    before = b""
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and not (
+                b"loaded 0 group(s)" in before and held in before):
+            if select.select([proc.stderr], [], [], 0.01)[0]:  # until both: what it logged
+                before += os.read(proc.stderr.fileno(), 65536)
+        assert proc.poll() is None and b"loaded 0 group(s)" in before, before
+        assert held in before, before  # process 1 holds: process 0 waits for its ready line
+        proc.send_signal(signals.SIGTERM)
+        out, after = proc.communicate(timeout=60)
+    finally:
+        release.touch()  # a process 1 still held goes on (and ends with its parent)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, before + after
+    assert out == b"", out  # never listened
+    lines = after.decode().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("got SIGTERM while starting; stopped"), after

@@ -156,7 +156,7 @@ def test_elect_leaders_preferred_and_unclean_through_the_controller(
 def _produce_codes(cluster: Cluster, topic: str) -> dict[int, int]:
     """Each partition's Produce (acks=all) error code, sent to its leader."""
     leaders = cluster.view().leaders(topic)
-    return {p: produce_to(cluster.nodes[leader], topic, p, [b"x"], acks=-1).error_code
+    return {p: produce_to(cluster.nodes[leader], topic, p, [b"x"], acks=-1, key=b"k").error_code
             for p, leader in sorted(leaders.items())}
 
 
@@ -252,6 +252,29 @@ def test_topic_config_changes_go_to_zookeeper_and_every_node_applies_them(
             client.describe_configs([topic])[topic].result(30)))
     assert described["retention.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert described["cleanup.policy"].value == "delete"
+
+    # SUBTRACT of the last policy: an empty list, as Kafka's ValidList takes it; stored in
+    # ZooKeeper so, and every node describes it
+    inc = ConfigResource(ResourceType.TOPIC, "conf", incremental_configs=[
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT)])
+    client.incremental_alter_configs([inc])[inc].result(30)
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        stored = json.loads(zk.get(znodes.topic_config_path("conf")) or b"{}")["config"]
+    finally:
+        zk.close()
+    assert stored == {"segment.ms": "700000", "cleanup.policy": ""}
+    for i, node in cluster.nodes.items():
+        node_client = AdminClient({"bootstrap.servers": node.bootstrap})
+        described = wait_for(f"node {i} describes the empty policy", lambda c=node_client: (
+            lambda d: d if d["cleanup.policy"].value == "" else None)(
+                c.describe_configs([topic])[topic].result(30)))
+        assert described["cleanup.policy"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        # each broker answers for itself: its id under Kafka's name, named listeners
+        own = ConfigResource(ResourceType.BROKER, str(i))
+        broker_entries = node_client.describe_configs([own])[own].result(30)
+        assert broker_entries["broker.id"].value == str(i)
+        assert broker_entries["listeners"].value.startswith("PLAINTEXT://")
 
 
 def test_delete_groups_in_a_cluster_deletes_an_empty_group_and_refuses_one_with_members(

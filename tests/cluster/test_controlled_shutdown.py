@@ -3,9 +3,9 @@
 A node stopping with ``controlled.shutdown.enable`` (the default) asks the
 controller to move its leaderships first; a partition it cannot hand over
 (its only other replica is dead) makes the attempt incomplete, and the node
-tries again ``controlled.shutdown.max.retries`` times with
-``controlled.shutdown.retry.backoff.ms`` between attempts, then stops
-anyway. With the key off, the node says so and stops at once.
+tries again, ``controlled.shutdown.max.retries`` attempts in all (Kafka's
+count: the first one included) with ``controlled.shutdown.retry.backoff.ms``
+between them, then stops anyway. With the key off, the node says so and stops at once.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _stamp(line: str) -> datetime:
 
 def test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off(
         cluster_factory: Any) -> None:
-    cluster = cluster_factory(3, config={"controlled.shutdown.max.retries": 1,
+    cluster = cluster_factory(3, config={"controlled.shutdown.max.retries": 2,
                                          "controlled.shutdown.retry.backoff.ms": BACKOFF_MS},
                               node_config={3: {"controlled.shutdown.enable": False}})
     # Off: node 3 stops without asking the controller for anything.
@@ -64,11 +64,25 @@ def test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off(
     attempts = log_lines(node, "controlled shutdown attempt 1 not complete")
     assert attempts and "1 partition(s) still led here" in attempts[0], node.log()[-3000:]
     gave_up = log_lines(node, "controlled shutdown gave up after 2 attempt(s)")
-    assert gave_up, node.log()[-3000:]  # max.retries = 1: one attempt and one retry
+    # max.retries = 2: two attempts in all, as Kafka's remainingRetries counts (before,
+    # a third went: "attempt 2 not complete; retrying")
+    assert gave_up, node.log()[-3000:]
     assert not log_lines(node, "attempt 2 not complete")
+    assert not log_lines(node, "attempt 3")
     # The retry waited out the backoff (a lower bound: a loaded machine only adds to it).
     gap_ms = (_stamp(gave_up[0]) - _stamp(attempts[0])).total_seconds() * 1000
     assert gap_ms >= BACKOFF_MS - 20, gap_ms
+
+
+def test_max_retries_0_makes_no_attempt(cluster_factory: Any) -> None:
+    """Kafka's count takes in the first attempt: 0 asks the controller nothing (its
+    controlledShutdown loop never runs) and the node stops at once, unclean."""
+    cluster = cluster_factory(2, node_config={2: {"controlled.shutdown.max.retries": 0}})
+    node = cluster.nodes[2]
+    assert node.stop() == 0
+    assert log_lines(node, "controlled shutdown gave up after 0 attempt(s): "
+                           "controlled.shutdown.max.retries is 0"), node.log()[-3000:]
+    assert not log_lines(node, "asking the controller to move"), node.log()[-3000:]
 
 
 def test_a_stopping_node_asks_the_new_controller_when_the_one_it_asked_dies(
@@ -97,3 +111,32 @@ def test_a_stopping_node_asks_the_new_controller_when_the_one_it_asked_dies(
     # the session of the dead controller expires after 4 s; the rest is the new
     # controller's election and the move, well within 40 s even on a loaded machine
     assert took_s < 40, (took_s, stopping.log()[-3000:])
+
+
+def test_a_node_that_led_stops_without_waiting_for_its_followers_fetches_to_end(
+        cluster_factory: Any) -> None:
+    """The controlled shutdown moves the stopping node's leaderships; the metadata makes
+    it a follower of them, and the replica fetcher that starts for them fetched on while
+    the node's shutdown waited its whole timeout (10 s) for its actors to go quiet.
+    A stopping node fetches nothing new: the shutdown finds them quiet. Fetches that do
+    not wait on the leader (replica.fetch.wait.max.ms = 0) keep the follower busy here
+    as a producer's load did in the rolling restart test."""
+    cluster = cluster_factory(2, config={"replica.fetch.wait.max.ms": 0})
+    admin = KafkaAdminClient(bootstrap_servers=cluster.nodes[1].bootstrap,
+                             request_timeout_ms=30_000)
+    try:  # led by node 2, followed by node 1 (the controller: the first node started)
+        admin.create_topics([NewTopic("led", num_partitions=-1, replication_factor=-1,
+                                      replica_assignments={0: [2, 1]})])
+    finally:
+        admin.close()
+    wait_for("node 2 leading led-0 with both replicas in its ISR", lambda: (
+        p := cluster.view(1).partitions.get(("led", 0))) is not None and p.leader == 2
+        and set(p.isr) == {1, 2})
+    since = len(cluster.nodes[2].log())
+    assert cluster.nodes[2].stop() == 0
+    stopped = cluster.nodes[2].log()[since:]
+    # the case: its leadership moved, and it followed until it stopped
+    assert "controlled shutdown done" in stopped, stopped[-3000:]
+    assert "no longer leading led-0" in stopped, stopped[-3000:]
+    assert "started replica fetcher replica-fetcher-1-0" in stopped, stopped[-3000:]
+    assert "did not quiesce" not in stopped, stopped[-3000:]

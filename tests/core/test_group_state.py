@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -1598,3 +1599,42 @@ def test_every_request_is_answered_exactly_once_in_a_busy_scenario() -> None:
     shell.advance(3 * SESSION)  # nobody heartbeats: all expire, group goes Empty
     assert g.state is GroupState.EMPTY and g.members == {}
     shell.assert_all_answered()
+
+
+def test_load_decoded_group_by_group_rebuilds_what_one_load_does() -> None:
+    """The coordinator restores a load's records a slice a turn, never splitting a group:
+    load_decoded replaces only the groups given, so slices give what one call gives."""
+    from actors.core.offsets_codec import (
+        GroupMetadataValue,
+        OffsetCommitValue,
+        decode_record,
+        group_metadata_record,
+        group_tombstone,
+        offset_commit_record,
+        offset_tombstone,
+    )
+
+    records = []
+    for i in range(6):
+        g = f"g{i}"
+        records += [offset_commit_record(g, "t", 0, OffsetCommitValue(i, -1, "", 5)),
+                    offset_commit_record(g, "t", 1, OffsetCommitValue(10 + i, -1, "m", 6)),
+                    group_metadata_record(g, GroupMetadataValue("consumer", i + 1, None, None,
+                                                                0, ()))]
+    records += [offset_tombstone("g1", "t", 1), group_tombstone("g2"),
+                offset_commit_record("g2", "t", 3, OffsetCommitValue(7, -1, "", 9))]
+    decoded = [decode_record(r.key, r.value) for r in records]
+    whole, sliced = Shell(), Shell()
+    whole.run(whole.core.load_decoded(decoded, 0))
+    by_group: dict[str, list[Any]] = {}
+    for k, v in decoded:
+        by_group.setdefault(k.group, []).append((k, v))
+    for part in (["g0", "g1"], ["g2"], ["g3", "g4", "g5"]):
+        sliced.run(sliced.core.load_decoded([kv for g in part for kv in by_group[g]], 0))
+
+    def seen(shell: Shell) -> dict[str, Any]:
+        return {gid: (g.state, g.generation_id, dict(g.offsets))
+                for gid in shell.core.group_ids() if (g := shell.core.group(gid)) is not None}
+    assert seen(sliced) == seen(whole)
+    assert seen(whole)["g2"][2] == {("t", 3): seen(whole)["g2"][2][("t", 3)]}
+    assert ("t", 1) not in seen(whole)["g1"][2]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
+from actors.core.group_offsets import TOMBSTONE_BYTES_PER_APPEND, TOMBSTONES_PER_APPEND
 from actors.core.group_state import (
     AppendRecords,
     GroupConfig,
@@ -11,7 +15,13 @@ from actors.core.group_state import (
     OffsetFetchResponse,
     Respond,
 )
-from actors.core.offsets_codec import OffsetCommitValue, offset_commit_record
+from actors.core.offsets_codec import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_record,
+    offset_commit_record,
+    partition_for,
+)
 from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch, check_batches
 from actors.core.transaction_log import control_batch
 from actors.group_coordinator import decode_batches, encode_records
@@ -131,3 +141,123 @@ def test_a_deleted_topic_takes_a_commit_still_being_written_too() -> None:
     assert isinstance(done, Respond) and done.response == OffsetCommitResponse(
         (("t", 0, E.NONE),))
     assert _fetch(core, False) == (-1, E.NONE)
+
+
+def test_an_unload_drops_the_groups_pending_transactional_offsets() -> None:
+    """Kafka's removeGroupsForPartition drops a group with its pending transactional
+    offsets. The next leader settles them at the marker, which this node never sees:
+    kept here, a load anew of the partition (the transaction aborted meanwhile) would
+    answer UNSTABLE_OFFSET_COMMIT for ever, and a commit marker of the same producer
+    met later would make the aborted offset the group's. Another partition's group
+    keeps its own."""
+    core = GroupCoordinatorCore(GroupConfig())
+    other = next(g for g in (f"o{i}" for i in range(100))
+                 if core.partition_for(g) != core.partition_for("g"))
+    core.on_append_complete(_commit(core, 1, 77, 5).append_id, E.NONE, 0)
+    core.on_append_complete(_commit(core, 2, 77, 6, other).append_id, E.NONE, 0)
+    assert _fetch(core, True) == (-1, E.UNSTABLE_OFFSET_COMMIT)
+    core.unload({core.partition_for("g")})
+    # loaded anew from a log that has the commit 3 and the abort of pid 77 since
+    committed = offset_commit_record("g", "t", 0, OffsetCommitValue(3, -1, "", 0))
+    core.load([(committed.key, committed.value)], 0)
+    assert _fetch(core, True) == (3, E.NONE)
+    core.complete_txn(77, core.partition_for("g"), True)  # a later transaction's marker
+    assert _fetch(core, True) == (3, E.NONE)
+    assert _fetch(core, True, other) == (-1, E.UNSTABLE_OFFSET_COMMIT)
+    core.complete_txn(77, core.partition_for(other), True)
+    assert _fetch(core, True, other) == (6, E.NONE)
+
+
+def test_a_transactional_commit_answered_after_its_unload_is_not_held() -> None:
+    """A TxnOffsetCommit's append in flight when its group's partition is unloaded, its
+    success answered after: the offsets are not held as pending (Kafka records them on
+    the group object its cache no longer has)."""
+    core = GroupCoordinatorCore(GroupConfig())
+    append = _commit(core, 1, 77, 5)
+    core.unload({core.partition_for("g")})
+    [done] = core.on_append_complete(append.append_id, E.NONE, 0)
+    assert isinstance(done, Respond) and done.response == OffsetCommitResponse(
+        (("t", 0, E.NONE),))
+    core.load([], 0)
+    assert _fetch(core, True) == (-1, E.NONE)
+    core.complete_txn(77, core.partition_for("g"), True)
+    assert _fetch(core, True) == (-1, E.NONE)
+
+
+def test_an_unload_takes_its_partitions_groups_from_the_index_under_any_count() -> None:
+    """The groups are indexed by partition (an unload of one partition hashed every group
+    id held): held by a load, a commit, a transactional commit; gone by an unload,
+    DeleteGroups, a load's tombstone; mapped anew when the partition count
+    changes (the shell replaces the config). Each unload takes exactly the groups
+    Kafka's partitionFor puts on its partitions."""
+    core = GroupCoordinatorCore(GroupConfig(offsets_topic_num_partitions=50))
+    ids = [f"group-{i}" for i in range(3000)]
+    records = [offset_commit_record(g, "t", 0, OffsetCommitValue(1, -1, "", 0))
+               for g in ids[:2000]]
+    core.load([(r.key, r.value) for r in records], 0)
+    for i, g in enumerate(ids[2000:2500]):
+        core.on_append_complete(core.offset_commit(i, g, -1, "", None, [
+            OffsetCommitPartition("t", 0, 2, -1, "")], 0)[0].append_id, E.NONE, 0)  # type: ignore[union-attr]
+    for i, g in enumerate(ids[2500:]):
+        core.on_append_complete(_commit(core, i, 77, 3, g).append_id, E.NONE, 0)
+    gone = next(g for g in ids if partition_for(g, 50) == 7)
+    core.load([(offset_commit_record(gone, "t", 0, OffsetCommitValue(1, -1, "", 0)).key,
+                None)], 0)  # its only offset's tombstone: the group goes
+    assert gone not in core.group_ids()
+    deleted = next(g for g in ids[:2000] if partition_for(g, 50) == 0)
+    core.delete_groups(1, [deleted], 0)  # an Empty group: DeleteGroups takes it
+    assert deleted not in core.group_ids()
+    held = set(ids) - {gone, deleted}
+    for p in (7, 0, 49):
+        assert set(core.groups_in({p})) == {g for g in held if partition_for(g, 50) == p}
+        core.unload({p})
+        held = {g for g in held if partition_for(g, 50) != p}
+        assert set(core.group_ids()) == held
+    core.config = dataclasses.replace(core.config, offsets_topic_num_partitions=3)
+    assert set(core.groups_in({1})) == {g for g in held if partition_for(g, 3) == 1}
+    core.unload({1})
+    assert set(core.group_ids()) == {g for g in held if partition_for(g, 3) != 1}
+    assert all(core.partition_for(g) == partition_for(g, 3) for g in ids)
+
+
+def test_a_topic_deletion_writes_its_tombstones_an_append_per_partition() -> None:
+    """3,000 groups with offsets of "t" and "u": deleting "t" writes every group's
+    tombstones of "t", each on its group's partition, in batches shared by the groups
+    of a partition (one append a group before: 3,000), of at most
+    TOMBSTONES_PER_APPEND records and about TOMBSTONE_BYTES_PER_APPEND bytes of keys;
+    "u" stays."""
+    core = GroupCoordinatorCore(GroupConfig(offsets_topic_num_partitions=5))
+    # long ids on partition 0 (its keys pass the byte bound before the count bound)
+    long = (f"group-{i}-" + "x" * 2000 for i in itertools.count())
+    ids = list(itertools.islice((g for g in long if partition_for(g, 5) == 0), 600))
+    ids += list(itertools.islice((g for g in (f"group-{i}" for i in itertools.count())
+                                  if partition_for(g, 5) != 0), 2400))
+    core.load([(r.key, r.value) for g in ids for r in (
+        offset_commit_record(g, "t", 0, OffsetCommitValue(1, -1, "", 0)),
+        offset_commit_record(g, "t", 1, OffsetCommitValue(1, -1, "", 0)),
+        offset_commit_record(g, "u", 0, OffsetCommitValue(2, -1, "", 0)))], 0)
+    appends = core.topics_deleted(["t"])
+    written = []
+    for a in appends:
+        assert isinstance(a, AppendRecords)
+        assert len(a.records) <= TOMBSTONES_PER_APPEND
+        if len(a.records) > 1:  # a key alone past the bound goes in a batch of its own
+            assert sum(len(r.key) for r in a.records) <= TOMBSTONE_BYTES_PER_APPEND
+        for r in a.records:
+            assert r.value is None
+            key, _value = decode_record(r.key, None)
+            assert isinstance(key, OffsetCommitKey) and key.topic == "t"
+            assert partition_for(key.group, 5) == a.partition
+            written.append((key.group, key.partition))
+    assert sorted(written) == sorted((g, p) for g in ids for p in (0, 1))
+    for p in range(1, 5):  # short keys: the count bound cuts them
+        held = sum(partition_for(g, 5) == p for g in ids)
+        assert len([a for a in appends if a.partition == p]) == (  # type: ignore[union-attr]
+            -(-2 * held // TOMBSTONES_PER_APPEND))
+    # the byte bound cut partition 0's more often than the count bound alone would
+    assert len([a for a in appends if a.partition == 0]) > (  # type: ignore[union-attr]
+        -(-2 * 600 // TOMBSTONES_PER_APPEND))
+    for g in ids[:50] + ids[-50:]:
+        assert _fetch(core, False, g) == (-1, E.NONE)
+        [answer] = core.offset_fetch(9, g, [("u", 0)], False)
+        assert answer.response.partitions[0].offset == 2  # type: ignore[union-attr]

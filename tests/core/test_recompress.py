@@ -30,11 +30,13 @@ from actors.core.topic_config import (
     log_config_for,
     validate_topic_configs,
 )
-from actors.runtime.config import SPEC, Config, ConfigError
+from actors.runtime.config import Config, ConfigError
 from wire.errors import CorruptMessageError, InvalidRecordError, MessageTooLargeError
 
 NOW = 1_700_000_000_000
-BROKER = {key: default for key, (default, _kind, _doc) in SPEC.items()}
+# The broker's values as a loaded Config holds them (log.retention.ms derived from
+# log.retention.hours: the key has no default of its own).
+BROKER = dict(Config().values)
 CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 

@@ -26,7 +26,7 @@ from actors.core.topic_config import (
     log_config_for,
     validate_topic_configs,
 )
-from actors.runtime.config import SPEC
+from actors.runtime.config import Config
 from wire.broker_messages import AppendDone, AppendDoneRow
 from wire.errors import InvalidTimestampError
 from wire.registry import build
@@ -34,7 +34,9 @@ from wire.registry import build
 NOW = 1_700_000_000_000
 HOUR = 3_600_000
 NO_LIMIT = 2**63 - 1
-BROKER = {key: default for key, (default, _kind, _doc) in SPEC.items()}
+# The broker's values as a loaded Config holds them (log.retention.ms derived from
+# log.retention.hours: the key has no default of its own).
+BROKER = dict(Config().values)
 
 
 def open_log(path: Path, **config: object) -> PartitionLog:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,12 +25,13 @@ from actors.core.topic_config import (
     TOPIC_CONFIGS,
     ConfigSource,
     ConfigType,
+    DescribedConfig,
     broker_value_text,
     describe_topic_configs,
     log_config_for,
     validate_topic_configs,
 )
-from actors.runtime.config import DEFAULTS, Config
+from actors.runtime.config import DEFAULTS, Config, ConfigError
 from tests.core.test_group_state import Shell, stable_group
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 
@@ -99,7 +101,6 @@ def test_alter_configs_replaces_all_overrides() -> None:
     ([ConfigChange("min.cleanable.dirty.ratio", SET, "1.5")], True, E.INVALID_CONFIG),
     ([ConfigChange("delete.retention.ms", SET, "-1")], True, E.INVALID_CONFIG),
     ([ConfigChange("cleanup.policy", SET, "shred")], True, E.INVALID_CONFIG),
-    ([ConfigChange("cleanup.policy", SUBTRACT, "delete")], True, E.INVALID_CONFIG),  # empty
     ([ConfigChange("message.timestamp.type", SET, "Whenever")], False, E.INVALID_CONFIG),
 ])
 def test_bad_changes_get_kafkas_codes(changes: list[ConfigChange], incremental: bool,
@@ -124,13 +125,86 @@ def test_described_sources_follow_precedence() -> None:
                             ("log.segment.bytes", "1073741824", ConfigSource.DEFAULT_CONFIG))
     ret = described["retention.ms"]
     assert (ret.value, ret.source) == ("5000", ConfigSource.STATIC_BROKER_CONFIG)
-    assert [s[2] for s in ret.synonyms] == [ConfigSource.STATIC_BROKER_CONFIG,
-                                            ConfigSource.DEFAULT_CONFIG]
-    # the default synonym says the key's default, not what the file set (as Kafka)
-    assert ret.synonyms[1][1] == broker_value_text(Config().values["log.retention.ms"])
-    assert ret.synonyms[1][1] != "5000"
+    # log.retention.ms has no default of its own (Kafka's null): the default synonym is
+    # log.retention.hours's, not what the file set
+    assert ret.synonyms == (("log.retention.ms", "5000", ConfigSource.STATIC_BROKER_CONFIG),
+                            ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG))
+    # log.roll.ms and log.flush.interval.ms have no default in Kafka either (null; its
+    # log.roll.hours and log.flush.scheduler.interval.ms give them, and its drop of the
+    # synonyms before the key's own name leaves none): the value, no synonyms
+    for key, broker_key in (("segment.ms", "log.roll.ms"), ("flush.ms", "log.flush.interval.ms")):
+        entry = described[key]
+        assert (entry.value, entry.source, entry.synonyms) == (
+            broker_value_text(broker[broker_key]), ConfigSource.DEFAULT_CONFIG, ()), key
+    roll = Config({"log.roll.ms": 60_000})
+    rolled = {c.name: c for c in describe_topic_configs(
+        roll.values, roll.set_keys, {}, DEFAULTS)}["segment.ms"]
+    assert (rolled.value, rolled.source, rolled.synonyms) == (
+        "60000", ConfigSource.STATIC_BROKER_CONFIG,
+        (("log.roll.ms", "60000", ConfigSource.STATIC_BROKER_CONFIG),))
     assert described["cleanup.policy"].config_type is ConfigType.LIST
     assert Config().set_keys == set()
+
+
+def test_retention_keys_take_kafkas_precedence_and_synonyms() -> None:
+    """log.retention.ms over .minutes over .hours (KafkaConfig.logRetentionTimeMillis);
+    a topic's retention.ms lists the broker chain only from log.retention.ms on, as
+    Kafka's ConfigHelper drops the synonyms before the first of the key's own name."""
+    def retention(values: dict[str, Any]) -> DescribedConfig:
+        broker = Config(values)
+        return {c.name: c for c in describe_topic_configs(
+            broker.values, broker.set_keys, {}, DEFAULTS)}["retention.ms"]
+
+    S, D = ConfigSource.STATIC_BROKER_CONFIG, ConfigSource.DEFAULT_CONFIG
+    assert Config().values["log.retention.ms"] == 168 * 3_600_000
+    assert Config({"log.retention.hours": 2}).values["log.retention.ms"] == 7_200_000
+    assert Config({"log.retention.hours": 2, "log.retention.minutes": 3}).values[
+        "log.retention.ms"] == 180_000
+    assert Config({"log.retention.minutes": 3, "log.retention.ms": 5}).values[
+        "log.retention.ms"] == 5
+    assert Config({"log.retention.hours": -2}).values["log.retention.ms"] == -1
+    # the command line after the file: a later minutes still gives way to the file's ms
+    assert Config({"log.retention.ms": 5}).update({"log.retention.minutes": 3}).values[
+        "log.retention.ms"] == 5
+    assert Config({"log.retention.minutes": 3}).update({"log.retention.hours": 1}).values[
+        "log.retention.ms"] == 180_000
+    with pytest.raises(ConfigError, match=r"log\.retention\.hours"):
+        Config({"log.retention.hours": 2**31})
+    # 0 ms from whichever key gives the value is refused, as Kafka refuses to start on it
+    # (logRetentionTimeMillis must be -1 or at least 1); a 0 that gives way is not
+    for key in ("log.retention.ms", "log.retention.minutes", "log.retention.hours"):
+        with pytest.raises(ConfigError, match=rf"^f: {key} = 0 would delete every segment"):
+            Config({key: 0}, source="f")
+    assert Config({"log.retention.hours": 0, "log.retention.minutes": 1}).values[
+        "log.retention.ms"] == 60_000
+    assert Config({"log.retention.minutes": 0, "log.retention.ms": -1}).values[
+        "log.retention.ms"] == -1
+    # log.retention.ms has no default (Kafka's null): Config() derives it from the hours
+    assert DEFAULTS["log.retention.ms"] is None
+    assert Config().values["log.retention.ms"] == Config({}).values["log.retention.ms"] == (
+        168 * 3_600_000)
+
+    assert retention({}) == ("retention.ms", "604800000", D, ConfigType.LONG, ())
+    # minutes and hours set, ms not: the value they give, no synonyms (Kafka's drop)
+    assert retention({"log.retention.minutes": 3, "log.retention.hours": 2}) == (
+        "retention.ms", "180000", D, ConfigType.LONG, ())
+    assert retention({"log.retention.ms": 5, "log.retention.minutes": 3,
+                      "log.retention.hours": 2}).synonyms == (
+        ("log.retention.ms", "5", S), ("log.retention.minutes", "3", S),
+        ("log.retention.hours", "2", S), ("log.retention.hours", "168", D))
+
+
+def test_subtracting_the_last_cleanup_policy_leaves_an_empty_list() -> None:
+    """Kafka's ValidList takes an empty cleanup.policy: neither retention nor compaction."""
+    out = altered_topic_configs({"cleanup.policy": "compact"},
+                                [ConfigChange("cleanup.policy", SUBTRACT, "compact")],
+                                True, default_of)
+    assert out == {"cleanup.policy": ""}
+    assert altered_topic_configs({}, [ConfigChange("cleanup.policy", SUBTRACT, "delete")],
+                                 True, default_of) == {"cleanup.policy": ""}
+    assert validate_topic_configs({"cleanup.policy": " "}) == {"cleanup.policy": ""}
+    cfg = log_config_for(Config(), out)
+    assert cfg.cleanup_policy == () and not cfg.compact and not cfg.delete
 
 
 def test_log_config_carries_the_cleaner_settings() -> None:
@@ -153,8 +227,26 @@ def _log(tmp_path: Path, **config: object) -> PartitionLog:
 
 def _fill(log: PartitionLog, count: int) -> None:
     for i in range(count):
-        log.append_as_leader(build_batch([b"x" * 100], timestamps_ms=[i]), 0, i)
+        log.append_as_leader(build_batch([b"x" * 100], keys=[b"k%d" % i], timestamps_ms=[i]),
+                             0, i)
     log.update_high_watermark(log.log_end_offset)
+
+
+@pytest.mark.parametrize(("broker", "kept"), [
+    ({"log.retention.ms": 2_000, "log.retention.minutes": 1}, [1]),  # ms wins: 2 s
+    ({"log.retention.minutes": 1, "log.retention.hours": 1}, [0, 1]),  # minutes: 60 s
+])
+def test_a_log_deletes_by_the_retention_key_that_wins(
+        tmp_path: Path, broker: dict[str, int], kept: list[int]) -> None:
+    """The log's retention.ms is the broker key Kafka's precedence picks: at 10 s, a
+    segment stamped 0 is past log.retention.ms = 2000 but within the minute."""
+    config = log_config_for(Config(broker), {"segment.bytes": "100"})  # a batch each
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, config, 0)
+    for stamp in (0, 9_500):
+        log.append_as_leader(build_batch([b"x"], timestamps_ms=[stamp]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.delete_old_segments(now_ms=10_000)
+    assert log.segment_base_offsets == kept
 
 
 def test_log_start_moves_up_to_the_high_watermark_only(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ equals the live one.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -412,6 +413,26 @@ def test_load_resends_the_markers_of_prepared_transactions() -> None:
     assert effects == [WriteMarkers(txn, 9, 3, False, 12, (("t", 1),))]
 
 
+def test_a_partition_loaded_in_slices_keeps_the_retries_of_its_earlier_slices() -> None:
+    """The shell restores a partition's ids a slice at a time: a later slice (fresh
+    False) adds its ids and leaves alone a completion retry an earlier slice's id got
+    meanwhile; a fresh load forgets it, as a new load of the partition must."""
+    core = _core()
+    _pid, markers = _prepared(core)  # "a", on partition_for("a", 3)
+    p = partition_for("a", 3)
+    [complete] = core.on_markers_written("a", markers.producer_epoch, 3)
+    assert isinstance(complete, WriteLog)
+    core.on_log_written(complete.write_id, E.NOT_ENOUGH_REPLICAS, 3)
+    assert core.completing == {"a"}
+    other = next(t for t in (f"id{i}" for i in range(100)) if partition_for(t, 3) == p)
+    value = TxnLogValue(9, 3, 1000, S.EMPTY, (), 5, 4)
+    assert core.load_partition(p, 7, [(encode_key(other), encode_value(value))], 6,
+                               fresh=False) == []
+    assert core.completing == {"a"} and core.txns[other].state == S.EMPTY
+    core.load_partition(p, 7, [], 6)
+    assert core.completing == set()
+
+
 def _prepared(core: TransactionCoordinatorCore) -> tuple[int, WriteMarkers]:
     """"a" in PrepareCommit over ("t", 0), its EndTxn answered: (producer id, markers)."""
     [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
@@ -642,3 +663,210 @@ def test_a_late_completion_never_completes_the_next_transaction() -> None:
     assert core.on_log_written(second.write_id, E.NONE, 10) == []  # T1's late success
     meta = core.txns["a"]
     assert (meta.state, meta.partitions) == (S.PREPARE_COMMIT, {("t", 1)})
+
+
+def test_the_ticks_scans_leave_the_ids_of_partitions_in_skip_alone() -> None:
+    """A partition being restored a slice at a time: its ids wait for the rest of it
+    (Kafka's scan sees only loaded partitions), the other partitions' ids do not."""
+    core = _core()
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    p = core.partition_for("a")
+    assert core.abort_timed_out(5000, {p}) == []
+    [fence] = core.abort_timed_out(5000, {p + 1})
+    assert isinstance(fence, WriteLog)
+    # one loaded in PrepareEpochFence: retry_stuck would write its PrepareAbort
+    loaded = _core()
+    loaded.load_partition(p, 7, [(encode_key("a"), fence.value)], 7000)
+    assert loaded.retry_stuck(7000, {p}) == []
+    [again] = loaded.retry_stuck(7000, {p + 1})
+    assert isinstance(again, WriteLog)
+
+
+def _load_many(core: TransactionCoordinatorCore, ids: dict[str, TxnLogValue],
+               now: int) -> list[Any]:
+    """Load ``ids`` (id -> its last value) into their partitions of ``core``."""
+    effects: list[Any] = []
+    for p in range(core.config.num_partitions):
+        effects.extend(core.load_partition(p, 7, [
+            (encode_key(t), encode_value(v)) for t, v in ids.items()
+            if partition_for(t, core.config.num_partitions) == p], now))
+    return effects
+
+
+def test_the_tick_looks_only_at_the_ids_that_can_be_due_among_many() -> None:
+    """20,000 ids, most of them idle (CompleteCommit) or Ongoing within their timeout:
+    the timed-out ones are still fenced and aborted, a transaction that starts and times
+    out later too, and one fenced whose write failed is fenced again at the next tick;
+    but a tick looks at the due ones and the prepared ones, not at every id (the old
+    scan visited all 20,000 at each call)."""
+    core = _core()
+    ids: dict[str, TxnLogValue] = {}
+    for i in range(20_000):
+        if i % 2:
+            ids[f"idle{i}"] = TxnLogValue(i, 0, 1000, S.COMPLETE_COMMIT, (), 5, 5)
+        else:
+            ids[f"open{i}"] = TxnLogValue(i, 0, 60_000, S.ONGOING, (("t", 0),), 5, 5)
+    late = [f"late{i}" for i in range(3)]
+    for i, t in enumerate(late):
+        ids[t] = TxnLogValue(100_000 + i, 0, 1000, S.ONGOING, (("t", 1),), 10, 10)
+    prepared = TxnLogValue(200_000, 2, 1000, S.PREPARE_COMMIT, (("t", 2),), 10, 10)
+    ids["prep"] = prepared
+    [markers] = _load_many(core, ids, 20)
+    assert markers.transactional_id == "prep"
+
+    assert core.abort_timed_out(900) == []  # none due yet
+    visits = core.expiry_visits
+    fences = core.abort_timed_out(2000)
+    assert sorted(decode_key(f.key) for f in fences) == late  # type: ignore[union-attr]
+    assert core.expiry_visits - visits == len(late)
+    # the first fence's write fails: still Ongoing, fenced again at the next tick
+    first, *rest = fences
+    assert isinstance(first, WriteLog)
+    assert core.on_log_written(first.write_id, E.REQUEST_TIMED_OUT, 2000) == []
+    for fx in rest:
+        _drain(core, [fx], 2000)
+    [again] = core.abort_timed_out(3000)
+    assert isinstance(again, WriteLog) and decode_key(again.key) == decode_key(first.key)
+    _drain(core, [again], 3000)
+    assert {core.txns[t].state for t in late} == {S.COMPLETE_ABORT}
+    # the prepared id's markers are sent again by retry_stuck, looking at it alone
+    visits = core.expiry_visits
+    [resent] = core.retry_stuck(3000)
+    assert isinstance(resent, WriteMarkers) and resent.transactional_id == "prep"
+    # it, and the aborted ones once (they went through PrepareAbort, now dropped)
+    assert core.expiry_visits - visits == 1 + len(late)
+    _drain(core, core.on_markers_written("prep", 2, 3000), 3000)
+    assert core.txns["prep"].state == S.COMPLETE_COMMIT
+    assert core.retry_stuck(3000) == []
+
+    # an idle id begins a transaction: it times out in turn, alone among the 20,000
+    meta = core.txns["idle1"]
+    _drain(core, core.add_partitions(9, "idle1", meta.producer_id, 0, [("t", 3)], 4000),
+           4000)
+    visits = core.expiry_visits
+    assert core.abort_timed_out(4500) == []
+    [fence] = core.abort_timed_out(5001)
+    assert decode_key(fence.key) == "idle1"  # type: ignore[union-attr]
+    _drain(core, [fence], 5001)
+    assert core.txns["idle1"].state == S.COMPLETE_ABORT
+    # it, and the entry of the one fenced twice, met once more and dropped
+    assert core.expiry_visits - visits == 2
+    # the 10,000 open ones, past their 60 s, are all fenced
+    fences = core.abort_timed_out(60_006)
+    assert len(fences) == 10_000
+    assert {core.txns[f"open{i}"].pending for i in range(0, 20_000, 2)} == {
+        S.PREPARE_EPOCH_FENCE}
+
+
+def test_the_ticks_sweep_goes_on_over_calls_when_more_are_due_than_its_limit() -> None:
+    """5,000 timed-out transactions, a limit of 2,000 a call: three calls fence them all
+    (``expiry_more`` says when the sweep goes on); ids left alone (a partition in skip)
+    are held until the sweep ends, so it ends, and the next sweep looks at them again."""
+    core = _core()
+    ids = {f"t{i}": TxnLogValue(i, 0, 1000, S.ONGOING, (("t", 0),), 5, 5)
+           for i in range(5000)}
+    _load_many(core, ids, 10)
+    skipped = {t for t in ids if partition_for(t, 3) == 0}
+    fenced: list[str] = []
+    calls = 0
+    while True:
+        calls += 1
+        effects = core.abort_timed_out(2000, {0}, limit=2000)
+        fenced.extend(decode_key(f.key) for f in effects)  # type: ignore[union-attr]
+        if not core.expiry_more:
+            break
+        assert calls < 10
+    assert calls == 3
+    assert sorted(fenced) == sorted(set(ids) - skipped)
+    # the skipped partition is loaded now: the next sweep fences its ids
+    effects = core.abort_timed_out(3000, None, limit=len(ids))
+    assert not core.expiry_more
+    assert sorted(decode_key(f.key) for f in effects) == sorted(skipped)  # type: ignore[union-attr]
+
+
+def test_the_entries_of_ended_transactions_count_against_the_sweeps_limit() -> None:
+    """One id runs 5,000 short transactions: each leaves an entry in the heap (stale once
+    the next begins; the heap is pruned when mostly stale). Past all their deadlines a
+    sweep with a limit of 100 looks at no more than 100 entries a call, stale ones
+    included, aborts nothing (each ended), and ends."""
+    core = _core()
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    for i in range(5000):
+        _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], i), i)
+        _drain(core, core.end_txn(3, "a", init.producer_id, 0, True, i), i)
+        # the rebuild keeps the heap lean: without it 5,000 entries, 4,999 stale
+        assert len(core._deadlines) <= 2 * len(core._deadline_seq) + 1024
+    assert core.txns["a"].state == S.COMPLETE_COMMIT
+    left = len(core._deadlines)
+    calls = 0
+    while True:
+        calls += 1
+        visits = core.expiry_visits
+        assert core.abort_timed_out(100_000, limit=100) == []
+        assert core.expiry_visits - visits <= 100
+        if not core.expiry_more:
+            break
+    # every entry left is looked at once, 100 a call: 11 calls at most (51 unpruned)
+    assert 2 < calls <= left // 100 + 1 <= (2 + 1024) // 100 + 1
+    assert core.abort_timed_out(200_000, limit=100) == [] and not core.expiry_more
+
+
+def test_a_sweep_under_way_tracks_ids_through_an_unload_and_a_reload() -> None:
+    """A sweep stopped at its limit (ids held aside) while a partition is unloaded and
+    loaded again (a new epoch), and then while the partition count changes (all of them
+    unloaded and loaded under the new count): when the sweep ends no timed-out id is left
+    Ongoing unfenced (one would hang: nothing else aborts it), and an id reloaded in
+    PrepareCommit still gets its markers from retry_stuck."""
+    core = _core()
+    ids = {f"t{i}": TxnLogValue(i, 0, 1000, S.ONGOING, (("t", 0),), 5, 5)
+           for i in range(600)}
+    ids["prep"] = TxnLogValue(9999, 0, 1000, S.PREPARE_COMMIT, (("t", 0),), 5, 5)
+    records = {p: [(encode_key(t), encode_value(v)) for t, v in ids.items()
+                   if partition_for(t, 3) == p] for p in range(3)}
+    for p in range(3):
+        core.load_partition(p, 7, records[p], 10)
+
+    def unfenced() -> set[str]:
+        return {t for t, m in core.txns.items()
+                if m.state == S.ONGOING and m.pending is None}
+
+    def sweep(now: int) -> None:
+        while True:
+            core.abort_timed_out(now, limit=100)
+            if not core.expiry_more:
+                return
+
+    # a partition's epoch changes mid-sweep: its fenced ids' writes are dropped, and
+    # reloaded from the log (still Ongoing there) they are due again
+    core.abort_timed_out(2000, limit=100)
+    assert core.expiry_more and core._held
+    p = partition_for(core._held[0][2], 3)
+    assert core.txns[core._held[0][2]].pending is not None
+    core.unload_partitions({p})
+    assert all(partition_for(t, 3) != p for t in core.txns)
+    core.load_partition(p, 8, records[p], 2000)
+    assert core._held[0][2] in unfenced()
+    assert core.expiry_more
+    sweep(2000)
+    assert unfenced() == set()
+    assert [fx.transactional_id for fx in core.retry_stuck(2000)  # type: ignore[union-attr]
+            if isinstance(fx, WriteMarkers)] == ["prep"]
+
+    # the count changes mid-sweep: every partition unloaded, loaded again under 5
+    core = _core()
+    for p in range(3):
+        core.load_partition(p, 7, records[p], 10)
+    core.abort_timed_out(2000, limit=100)
+    assert core.expiry_more and core._held
+    core.unload_partitions({0, 1, 2})
+    assert core.txns == {}
+    core.coordinator_epochs.clear()
+    core.config = replace(core.config, num_partitions=5)
+    for p in range(5):
+        core.load_partition(p, 8, [(encode_key(t), encode_value(v)) for t, v in ids.items()
+                                   if partition_for(t, 5) == p], 2000)
+    sweep(2000)
+    assert len(core.txns) == len(ids) and unfenced() == set()
+    assert [fx.transactional_id for fx in core.retry_stuck(2000)  # type: ignore[union-attr]
+            if isinstance(fx, WriteMarkers)] == ["prep"]

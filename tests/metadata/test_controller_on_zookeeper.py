@@ -27,10 +27,12 @@ from actors.core.controller_events import (
     NewTopic,
 )
 from actors.core.controller_state import ControllerConfig, ControllerCore
+from actors.metadata import znodes
 from actors.metadata.controller_driver import ControllerDriver
-from actors.metadata.memory import MemoryMetadataStore, MemoryZooKeeper
+from actors.metadata.memory import MemoryMetadataStore, MemoryZooKeeper, Op
 from actors.metadata.store import MetadataStore
 from actors.metadata.zk import ZkMetadataStore
+from tests.fixtures.cluster_tools import ZooKeeperReader
 from tests.fixtures.tcp_proxy import tcp_proxy
 from wire.cluster_messages import (
     SESSION_CONNECTED,
@@ -69,6 +71,9 @@ class World:
         self.brokers: dict[int, MetadataStore] = {}
         self.nodes: dict[int, Node] = {}
         self.reader = self.store(lambda _m: None)
+        # ``deleteall <path>`` as an operator's ZooKeeper shell, from its own session
+        self.deleteall: Callable[[str], None] = lambda _path: None
+        self.closing: list[Callable[[], None]] = []
 
     def store(self, sink: Callable[[Any], None]) -> MetadataStore:
         store = self.make_store(sink)
@@ -116,6 +121,8 @@ class World:
     def close(self) -> None:
         for store in reversed(self.stores):
             store.close()
+        for close in self.closing:
+            close()
 
 
 @pytest.fixture(params=["zookeeper", "memory"])
@@ -123,9 +130,21 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
     if request.param == "zookeeper":
         connect = request.getfixturevalue("zk_connect")
         made = World(lambda sink: ZkMetadataStore(connect, sink, session_timeout_ms=6000))
+        shell = ZooKeeperReader(connect)
+        made.closing.append(shell.close)
+        made.deleteall = lambda path: shell.client.delete(path, recursive=True)
     else:
         zk = MemoryZooKeeper()
         made = World(lambda sink: MemoryMetadataStore(zk, sink))
+        reader = made.reader
+        assert isinstance(reader, MemoryMetadataStore)
+
+        def deleteall(path: str) -> None:
+            paths = sorted((p for p in zk.nodes if p == path or p.startswith(path + "/")),
+                           key=lambda p: -p.count("/"))
+            zk.multi(reader.session_id or 0, [Op("delete", p) for p in paths])
+
+        made.deleteall = deleteall
     try:
         yield made
     finally:
@@ -292,3 +311,29 @@ def test_a_controller_elected_in_a_new_session_outlives_the_old_sessions_expiry(
             assert first.driver.fence is not None and first.driver.fence.epoch == 2
         finally:
             world.close()
+
+
+def test_a_topic_whose_znodes_an_operator_removes_is_forgotten(world: World) -> None:
+    """Kafka's processTopicChange: ``deleteall /brokers/topics/gone`` under the controller
+    (not DeleteTopics): the controller forgets the topic, elects for the others only, and
+    refuses the name to CreateTopics (the nodes keep the removed topic's replicas)."""
+    for b in (1, 2):
+        world.start_broker(b)
+    first = world.add_candidate(101)
+    first.driver.feed(CreateTopics("c1", (NewTopic("gone", 1, 2), NewTopic("kept", 1, 2))))
+    world.deleteall(znodes.topic_path("gone"))
+    world.pump_until(lambda: "gone" not in first.driver.core.topics)
+    assert [tp for tp in first.driver.core.states if tp.topic == "gone"] == []
+    kept = world.state("kept", 0)
+    assert kept is not None
+    world.stop_broker(kept.leader)
+    world.pump_until(lambda: (s := world.state("kept", 0)) is not None
+                     and s.leader not in (kept.leader, -1))
+    assert world.reader.get_topics() == {"kept"}
+    assert first.driver.active and first.driver.pending_retries == 0
+
+    first.driver.feed(CreateTopics("c2", (NewTopic("gone", 1, 1),)))
+    [refused] = [res for rid, res in first.replies if rid == "c2"]
+    assert isinstance(refused, CreateTopicsResult)
+    assert refused.topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert world.reader.get_topics() == {"kept"}

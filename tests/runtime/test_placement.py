@@ -85,6 +85,41 @@ def test_a_crashing_guest_is_restarted_without_disturbing_its_host(node: Node) -
     assert wait_for(lambda: node.ask(Address(node.name, "host"), GetState()) == [2, 1, 0])
 
 
+class BadTimeout(Fragile):
+    """A Fragile whose poll_timeout_ms raises once a Boom armed it (until its restart)."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.armed = ""
+
+    def poll_timeout_ms(self) -> int | None:
+        if self.armed:
+            raise RuntimeError(self.armed)
+        return None
+
+    @handles(Boom)
+    def on_boom(self, msg: Boom) -> None:
+        self.armed = msg.reason
+
+
+def test_a_guest_whose_poll_timeout_raises_is_restarted_and_the_loop_goes_on(
+        node: Node) -> None:
+    # Asked of every member before each poll: unguarded, it ended the whole loop (the
+    # host and every guest; a broker's process 0 worker loop with its coordinators).
+    node.spawn(SelfTeller, "host")
+    other = node.spawn(Fragile, "other", host=node.actor("host"))
+    guest = node.spawn(BadTimeout, "guest", host=node.actor("host"))
+    node.tell(guest, Boom("poll timeout down"))
+    assert wait_for(lambda: node.ask(guest, GetState())["setups"] == 2)
+    node.tell(guest, Seq("x", 0))  # restarted, it handles what comes
+    assert wait_for(lambda: node.ask(guest, GetState()) == {"setups": 2, "handled": 1})
+    node.tell(other, Seq("y", 0))
+    assert wait_for(lambda: node.ask(other, GetState()) == {"setups": 1, "handled": 1})
+    node.tell(Address(node.name, "host"), Countdown(2))
+    assert wait_for(lambda: node.ask(Address(node.name, "host"), GetState()) == [2, 1, 0])
+    assert not node.actor("host").actor_stopped.is_set()
+
+
 class BadSetup(Actor):
     """Its setup fails, as a gateway's whose port is taken."""
 
@@ -177,3 +212,68 @@ def test_stopping_a_guest_leaves_the_host_running(node: Node) -> None:
     assert wait_for(lambda: node.ask(Address(node.name, "host"), GetState()) == [1, 0])
     node.tell(Address(node.name, "guest"), Countdown(1))  # now a dead letter, counted
     assert wait_for(lambda: node.dead_letters.total == 1)
+
+
+@message(9403)
+class Arm(NamedTuple):
+    delay_ms: int
+
+
+class Sleeper(Actor):
+    """A guest with a deadline only a message (Arm) or a call (arm) sets: quiet meanwhile."""
+
+    def setup(self) -> None:
+        self.due_ns = 0  # 0: nothing timed
+        self.fired = 0
+        self.asked = 0  # poll_timeout_ms and on_turn calls
+
+    def arm(self, delay_ms: int) -> None:
+        self.due_ns = self.clock.monotonic_ns() + delay_ms * 1_000_000
+
+    @handles(Arm)
+    def on_arm(self, msg: Arm) -> None:
+        self.arm(msg.delay_ms)
+
+    def poll_timeout_ms(self) -> int | None:
+        self.asked += 1
+        if not self.due_ns:
+            self.quiet_turns()
+            return None
+        return max(0, (self.due_ns - self.clock.monotonic_ns()) // 1_000_000)
+
+    def on_turn(self) -> None:
+        self.asked += 1
+        if not self.due_ns:
+            self.quiet_turns()
+        elif self.clock.monotonic_ns() >= self.due_ns:
+            self.due_ns = 0
+            self.fired += 1
+
+
+def test_a_quiet_guest_is_not_asked_each_turn_and_its_deadlines_still_fire(
+        node: Node) -> None:
+    # The coordinators in a broker's process 0 worker loop: idle, they cost the loop's
+    # every turn nothing, and what a message or a call sets still comes due.
+    host = node.spawn(SelfTeller, "host")
+    node.spawn(Sleeper, "sleeper", host=node.actor("host"))
+    sleeper = node.actor("sleeper")
+    assert isinstance(sleeper, Sleeper)
+    loop = node.actor("host")
+
+    def quiet_over_polls() -> bool:
+        """The loop polls 20 times more and the sleeper is asked nothing meanwhile."""
+        assert wait_for(lambda: sleeper._quiet_at == sleeper.messages_handled)
+        asked, polls = sleeper.asked, loop.loop_polls
+        for _ in range(200):  # a message to the host: a poll of its loop, mostly
+            node.ask(host, GetState())
+            if loop.loop_polls >= polls + 20:
+                break
+        return loop.loop_polls >= polls + 20 and sleeper.asked == asked
+
+    assert quiet_over_polls()
+    node.tell(Address(node.name, "sleeper"), Arm(50))  # no other message comes meanwhile
+    assert wait_for(lambda: sleeper.fired == 1)
+    assert quiet_over_polls()
+    sleeper.actor_ref.proxy().arm(50).get(timeout=5)  # a call, not a handled message
+    assert wait_for(lambda: sleeper.fired == 2)
+    assert quiet_over_polls()

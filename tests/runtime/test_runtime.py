@@ -320,6 +320,124 @@ def test_an_actor_stopped_and_spawned_again_gets_what_is_sent_to_its_name(
         node.spawn(OrderChecker, "checker")
 
 
+def test_a_send_refused_by_a_stopped_mailbox_ends_though_its_name_runs_again(
+        nodes: list[Node]) -> None:
+    """An idle replica fetcher stopped and started again at once, while a shard's answer
+    to it was on its way: the shard's link, found fresh just before the old mailbox
+    closed, has its send refused, and by then the new fetcher runs. The frame is a dead
+    letter. Waiting until that name's actor takes it never ended (an inproc socket never
+    reconnects; the new actor never reads the old socket): the shard's loop, and every
+    actor it hosts, hung, and a node that got SIGTERM then never stopped. Here the send
+    is placed in that window: after the link was made, the stop and the spawn again."""
+    node = Node("again-race").start()
+    nodes.append(node)
+    checker = node.spawn(OrderChecker, "checker")
+    node.tell(checker, Seq("outside", 0))  # this thread's link to the first mailbox
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 1)
+    link = node._thread_links.links[checker]
+    assert node.stop_actor("checker")
+    node.spawn(OrderChecker, "checker")
+
+    def send_late_answers() -> None:  # until one is refused (an unread socket takes 100)
+        for _ in range(1000):
+            node._send_frame(link, checker, b"late answer")
+            if node.dead_letters.by_reason():
+                return
+
+    sender = threading.Thread(target=send_late_answers, daemon=True)
+    sender.start()
+    sender.join(10)
+    assert not sender.is_alive(), "the send waited on a mailbox that no longer exists"
+    assert any("stopped while a frame waited" in reason
+               for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()
+    node.tell(checker, Seq("outside", 1))  # the name's new actor, through a new link
+    assert wait_for(lambda: node.ask(checker, GetState())["last"] == {"outside": 1})
+
+
+def test_a_link_made_while_its_actor_is_replaced_never_waits_on_the_new_one(
+        nodes: list[Node]) -> None:
+    """The link's socket connects to the old mailbox, and before the link learns its
+    target the old actor stops and a new one of that name binds. Had the target been
+    read after the connect, it was the new, live actor while the pipe reached the
+    closed mailbox: every refused send saw its target alive and waited for good. Read
+    before, the target is the old actor: a refused send is a dead letter."""
+    node = Node("link-race").start()
+    nodes.append(node)
+    checker = node.spawn(OrderChecker, "checker")
+
+    class ReplacedOnConnect(zmq.Socket):  # type: ignore[type-arg]
+        def connect(self, addr: str) -> Any:
+            result = super().connect(addr)
+            assert node.stop_actor("checker")
+            node.spawn(OrderChecker, "checker")
+            return result
+
+    sock = ReplacedOnConnect(node.context, zmq.PUSH)
+    link = node._link_on(sock, checker)
+
+    def send_late_answers() -> None:  # until one is refused (an unread socket takes 100)
+        for _ in range(1000):
+            node._send_frame(link, checker, b"late answer")
+            if node.dead_letters.by_reason():
+                return
+
+    sender = threading.Thread(target=send_late_answers, daemon=True)
+    sender.start()
+    sender.join(10)
+    assert not sender.is_alive(), "the send waited on a mailbox that no longer exists"
+    assert any("stopped while a frame waited" in reason
+               for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()
+    sock.close(linger=0)
+
+
+_setup_gate = threading.Event()
+
+
+class _SlowToSetUp(OrderChecker):
+    """A small mailbox, and a setup that waits for the test's word."""
+    mailbox_size = 1
+
+    def setup(self) -> None:
+        super().setup()
+        assert _setup_gate.wait(20)
+
+
+def test_a_send_to_an_actor_in_its_setup_waits_though_its_stopped_namesake_is_known(
+        nodes: list[Node]) -> None:
+    """A link made while the name's new actor is in its setup reaches its mailbox; the
+    node's registry still holds the stopped namesake. A refused send must wait for the
+    link's own actor (alive), not be dead-lettered because the registry's one stopped."""
+    node = Node("setup-race").start()
+    nodes.append(node)
+    _setup_gate.set()
+    old = node.spawn(_SlowToSetUp, "slow")
+    assert node.stop_actor("slow")
+    _setup_gate.clear()
+    spawner = threading.Thread(target=node.spawn, args=(_SlowToSetUp, "slow"), daemon=True)
+    spawner.start()
+    try:
+        assert wait_for(lambda: node.mailboxes.get("slow") not in (None, node.actors["slow"]))
+
+        link = node._new_link(old)  # as the gateway's: to the mailbox bound now
+
+        def send_many() -> None:  # more than the mailbox and the link's queue hold
+            for _ in range(300):
+                node._send_frame(link, old, b"for the new actor")
+
+        sender = threading.Thread(target=send_many, daemon=True)
+        sender.start()
+        assert wait_for(lambda: node.metrics.snapshot().get("mailbox_full_waits", 0) > 0
+                        or not sender.is_alive())
+    finally:
+        _setup_gate.set()
+    spawner.join(20)
+    sender.join(20)
+    assert not sender.is_alive()
+    link.sock.close(linger=0)
+    assert not any("stopped while a frame waited" in reason
+                   for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()
+
+
 class _AsksOnStart(OrderChecker):
     """Has a Sender send it one Seq as soon as it is set up."""
 

@@ -139,7 +139,8 @@ def test_gateways_estimate_clock_offsets_between_hosts(tmp_path: Path) -> None:
         assert abs(offset_ns) <= rtt_ns  # the truth (0) lies within the round trip
         # b's tracer now records its offset to the reference clock (node "a")
         assert abs(b.tracer.clock_offset_ns) <= rtt_ns
-        assert a.ask(Address("a", "_gateway"), GetClockOffsets())
+        # a's own estimate of b comes from its own pings, which may answer later than b's
+        assert wait_for(lambda: a.ask(Address("a", "_gateway"), GetClockOffsets()))
         assert a.tracer.clock_offset_ns == 0  # a is the reference
     finally:
         Gateway.PING_INTERVAL_MS = 2000

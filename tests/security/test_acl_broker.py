@@ -580,3 +580,42 @@ def test_sasl_requests_after_login_or_without_sasl_are_illegal_sasl_state(
     warned = [line for line in broker.log().splitlines()  # the broker logs at DEBUG
               if "after successful authentication" in line and "DEBUG" not in line]
     assert warned == [], warned
+
+
+def test_add_partitions_to_txn_names_the_denied_and_the_unknown_partitions(
+        node: tuple[BrokerProcess, str]) -> None:
+    """Kafka's handleAddPartitionToTxnRequest: Write on the transactional id granted, each
+    topic's Write is checked before its existence; one failed partition fails the request:
+    a topic not writable is TOPIC_AUTHORIZATION_FAILED (29) whether it exists or not, a
+    writable one that does not exist UNKNOWN_TOPIC_OR_PARTITION (3), and the writable,
+    existing ones OPERATION_NOT_ATTEMPTED (55): nothing is added."""
+    from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest
+
+    from tests.broker.test_groups import call
+
+    broker, anonymous = node
+    admin = _admin(broker)
+    stamp = time.time_ns()
+    txn_id, ok, denied = f"apt-{stamp}", f"apt-ok-{stamp}", f"apt-denied-{stamp}"
+    unknown, unknown_denied = f"apt-unknown-{stamp}", f"apt-unknown-denied-{stamp}"
+    for future in admin.create_topics([NewTopic(ok, 2, 1), NewTopic(denied, 1, 1)]).values():
+        future.result(timeout=15)
+    for future in admin.create_acls(
+            [_allow(txn_id, AclOperation.WRITE, "User:ANONYMOUS",
+                    rtype=ResourceType.TRANSACTIONAL_ID),
+             _allow(ok, AclOperation.WRITE, "User:ANONYMOUS"),
+             _allow(unknown, AclOperation.WRITE, "User:ANONYMOUS")],
+            request_timeout=15).values():
+        future.result(timeout=15)
+    topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+    for version in range(4):
+        answer = call(anonymous, AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=1000,
+            v3_and_below_producer_epoch=0, v3_and_below_topics=[
+                topic(name=ok, partitions=[0, 1]), topic(name=denied, partitions=[0]),
+                topic(name=unknown, partitions=[0]),
+                topic(name=unknown_denied, partitions=[0])]), version)
+        codes = {(t.name, p.partition_index): p.partition_error_code
+                 for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}
+        assert codes == {(ok, 0): 55, (ok, 1): 55, (denied, 0): 29, (unknown, 0): 3,
+                         (unknown_denied, 0): 29}, (version, codes)

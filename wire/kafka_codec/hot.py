@@ -247,11 +247,20 @@ def _decode_produce(data: Any, pos: int, size: int, version: int) -> ProduceRequ
     transactional_id, pos = _nullable_string(data, pos, size, flexible)
     acks, timeout_ms = _I16_I32.unpack_from(data, pos)
     pos += 6
-    topic_count, pos = _count(data, pos, flexible)
+    # _count, its common case inline (here and below): a one-byte compact count
+    if flexible and data[pos] < 0x80:
+        topic_count = data[pos] - 1
+        pos += 1
+    else:
+        topic_count, pos = _count(data, pos, flexible)
     topics = []
     for _ in range(max(topic_count, 0)):
         name, pos = _string(data, pos, size, flexible)
-        count, pos = _count(data, pos, flexible)
+        if flexible and data[pos] < 0x80:
+            count = data[pos] - 1
+            pos += 1
+        else:
+            count, pos = _count(data, pos, flexible)
         partitions = []
         for _ in range(max(count, 0)):
             (index,) = _I32.unpack_from(data, pos)
@@ -291,12 +300,21 @@ def _decode_fetch(data: Any, pos: int, size: int, version: int) -> FetchRequestD
     if version >= 7:
         req.session_id, req.session_epoch = _I32_I32.unpack_from(data, pos)
         pos += 8
-    topic_count, pos = _count(data, pos, flexible)
+    # _count, its common case inline (here and below): a one-byte compact count
+    if flexible and data[pos] < 0x80:
+        topic_count = data[pos] - 1
+        pos += 1
+    else:
+        topic_count, pos = _count(data, pos, flexible)
     topics = req.topics
     with_leader_epoch = version >= 9
     for _ in range(max(topic_count, 0)):
         name, pos = _string(data, pos, size, flexible)
-        count, pos = _count(data, pos, flexible)
+        if flexible and data[pos] < 0x80:
+            count = data[pos] - 1
+            pos += 1
+        else:
+            count, pos = _count(data, pos, flexible)
         partitions = []
         for _ in range(max(count, 0)):
             current_leader_epoch = last_fetched_epoch = -1
@@ -317,16 +335,20 @@ def _decode_fetch(data: Any, pos: int, size: int, version: int) -> FetchRequestD
                 log_start_offset = -1
                 (partition_max_bytes,) = _I32.unpack_from(data, pos)
                 pos += 4
-            if flexible:
-                pos = _skip_tags(data, pos, size)
+            if flexible:  # _skip_tags, its common case inline: no tagged fields
+                pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos, size)
             partitions.append(FetchPartition(partition, current_leader_epoch, fetch_offset,
                                              last_fetched_epoch, log_start_offset,
                                              partition_max_bytes))
         if flexible:
-            pos = _skip_tags(data, pos, size)
+            pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos, size)
         topics.append(FetchTopic(name, partitions))
     if version >= 7:
-        count, pos = _count(data, pos, flexible)
+        if flexible and data[pos] < 0x80:  # _count's common case, inline
+            count = data[pos] - 1
+            pos += 1
+        else:
+            count, pos = _count(data, pos, flexible)
         forgotten = req.forgotten_topics_data
         for _ in range(max(count, 0)):
             name, pos = _string(data, pos, size, flexible)
@@ -473,16 +495,24 @@ _PRODUCE_PARTITION_KEYS = frozenset(("index", "error_code", "base_offset", "log_
 
 
 def _encode_produce(out: bytearray, values: dict[str, Any], version: int) -> None:
-    _check_keys(values, _PRODUCE_KEYS)
+    if not _PRODUCE_KEYS.issuperset(values):  # _check_keys, inline
+        raise _Fallback
     flexible = version >= _PRODUCE_FLEXIBLE
     responses = values.get("responses") or ()
-    _put_count(out, len(responses), flexible)
+    # _put_count, its common case inline (here and below): a one-byte compact count
+    if flexible and len(responses) < 0x7F:
+        out.append(len(responses) + 1)
+    else:
+        _put_count(out, len(responses), flexible)
     for topic in responses:
         if not _PRODUCE_TOPIC_KEYS.issuperset(topic):
             raise _Fallback
         _put_string(out, topic["name"], flexible)
         partitions = topic.get("partition_responses") or ()
-        _put_count(out, len(partitions), flexible)
+        if flexible and len(partitions) < 0x7F:
+            out.append(len(partitions) + 1)
+        else:
+            _put_count(out, len(partitions), flexible)
         for p in partitions:
             if not _PRODUCE_PARTITION_KEYS.issuperset(p):
                 raise _Fallback
@@ -498,7 +528,10 @@ def _encode_produce(out: bytearray, values: dict[str, Any], version: int) -> Non
                 out += _I64.pack(get("log_append_time_ms", -1))
             if version >= 8:
                 record_errors = p.get("record_errors") or ()
-                _put_count(out, len(record_errors), flexible)
+                if flexible and len(record_errors) < 0x7F:
+                    out.append(len(record_errors) + 1)
+                else:
+                    _put_count(out, len(record_errors), flexible)
                 for e in record_errors:
                     if not isinstance(e, dict) or not frozenset(
                             ("batch_index", "batch_index_error_message")).issuperset(e):
@@ -548,18 +581,27 @@ def _pair_tag(value: Any, names: tuple[str, str], pack: struct.Struct) -> bytes 
 
 def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
                   regions: list[RegionAt], prefix_size: int) -> None:
-    _check_keys(values, _FETCH_KEYS)
+    if not _FETCH_KEYS.issuperset(values):  # _check_keys, inline (here and below)
+        raise _Fallback
     flexible = version >= _FETCH_FLEXIBLE
     out += _I32.pack(values.get("throttle_time_ms", 0))
     if version >= 7:
         out += _I16_I32.pack(values.get("error_code", 0), values.get("session_id", 0))
     responses = values.get("responses") or ()
-    _put_count(out, len(responses), flexible)
+    # _put_count, its common case inline (here and below): a one-byte compact count
+    if flexible and len(responses) < 0x7F:
+        out.append(len(responses) + 1)
+    else:
+        _put_count(out, len(responses), flexible)
     for topic in responses:
-        _check_keys(topic, _FETCH_TOPIC_KEYS)
+        if not _FETCH_TOPIC_KEYS.issuperset(topic):
+            raise _Fallback
         _put_string(out, topic["topic"], flexible)
         partitions = topic.get("partitions") or ()
-        _put_count(out, len(partitions), flexible)
+        if flexible and len(partitions) < 0x7F:
+            out.append(len(partitions) + 1)
+        else:
+            _put_count(out, len(partitions), flexible)
         for p in partitions:
             if not _FETCH_PARTITION_KEYS.issuperset(p):
                 raise _Fallback
@@ -580,7 +622,10 @@ def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
                 else:
                     out += b"\xff\xff\xff\xff"
             else:
-                _put_count(out, len(aborted), flexible)
+                if flexible and len(aborted) < 0x7F:
+                    out.append(len(aborted) + 1)  # _put_count's common case, inline
+                else:
+                    _put_count(out, len(aborted), flexible)
                 for a in aborted:
                     if not isinstance(a, dict) or not frozenset(
                             ("producer_id", "first_offset")).issuperset(a):
@@ -658,6 +703,8 @@ def encode_hot_response(header: RequestHeader,
             return None
     except (_Fallback, KeyError, TypeError, AttributeError, struct.error):
         return None
-    total = len(out) + sum(r.length for r in regions)
+    total = len(out)
+    for r in regions:  # not sum() over a generator: a call per response, regions or not
+        total += r.length
     _I32.pack_into(out, 0, total - 4)
     return bytes(out), regions

@@ -1,0 +1,56 @@
+"""A stopping node starts no replica fetcher.
+
+Once its node stops taking input (``Node.stop_intake``: after the controlled shutdown,
+while processes 1.. stop), the metadata still moves partitions: a LeaderAndIsr that
+makes this broker a follower of a leader it fetches from nothing yet must not spawn
+that leader's fetcher (Kafka's ReplicaManager.shutdown stops its fetcher manager
+first). Before, one was spawned; it sent no fetch (its node had stopped), but it was
+one more actor the shutdown had to stop. Real shard, ReplicaManager, log manager and
+purgatory in one node (tests/actors/test_partition_shard_restart.py's cluster).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from actors.replica_fetcher import fetcher_name
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.topology import stable_hash
+from tests.actors.test_partition_shard_restart import Cluster, _cluster, _got, _stats
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import GetStats
+from wire.cluster_messages import LeaderAndIsr, LeaderAndIsrPartition, LiveLeaderRow
+from wire.errors import ErrorCode
+
+NONE = int(ErrorCode.NONE)
+
+
+def _lai(c: Cluster, row: LeaderAndIsrPartition, answers: int) -> None:
+    """``row`` given (brokers 1, 2 and 3 live), its answer the ``answers``-th: no error."""
+    c.node.tell(c.manager, LeaderAndIsr(1, 1, 5, [row], [
+        LiveLeaderRow(1, ""), LiveLeaderRow(2, ""), LiveLeaderRow(3, "")], {row.topic: {}}),
+        sender=c.controller.name)
+    wait_for(lambda: len(_got(c.node, c.controller, "LeaderAndIsrResponse")) >= answers,
+             "the LeaderAndIsr answer")
+    response = _got(c.node, c.controller, "LeaderAndIsrResponse")[answers - 1]
+    assert response[1] == NONE and [tuple(r) for r in response[2]] == [
+        (row.topic, row.partition, NONE)], response
+
+
+def test_a_follower_role_given_while_the_node_stops_starts_no_fetcher(
+        node: Node, tmp_path: Path) -> None:
+    c = _cluster(node, tmp_path, [1, 2])
+    # m-0 led here (replicas 1 and 3): no fetcher of broker 3 runs
+    _lai(c, LeaderAndIsrPartition("m", 0, 1, 1, 0, [1, 3], 0, [1, 3], True), 2)
+    wait_for(lambda: "m-0" in node.ask(c.manager, GetStats())["leading"], "m-0 led")
+    name = fetcher_name(3, stable_hash("m-0") % int(Config()["num.replica.fetchers"]))
+    assert name not in node.actors
+
+    node.stop_intake(timeout=5)
+    # the controlled shutdown moved m-0 to broker 3; this broker follows it
+    _lai(c, LeaderAndIsrPartition("m", 0, 1, 3, 1, [3, 1], 1, [1, 3], False), 3)
+
+    wait_for(lambda: "m-0" in node.ask(c.manager, GetStats())["following"], "m-0 followed")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]  # the role taken by the shard
+    assert name not in node.actors, "a fetcher was started on a stopping node"

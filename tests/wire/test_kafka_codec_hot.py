@@ -91,6 +91,28 @@ def test_truncated_requests_are_refused_as_kafka_protocol_refuses_them(
             assert_same_fields(got, want, f"cut at {end}")
 
 
+@pytest.mark.parametrize("version", range(ADVERTISED_BY_KEY[0].min_version,
+                                          ADVERTISED_BY_KEY[0].max_version + 1))
+def test_produce_records_lengths_of_every_varint_size_decode_as_kafka_protocol_does(
+        version: int) -> None:
+    """Records lengths around 127 and 16383 (a compact length of one, two, three bytes):
+    the fields of kafka.protocol, and each frame cut inside the length refused."""
+    rng = random.Random(version)
+    for size in (126, 127, 128, 200, 16382, 16383, 16384, 20000):
+        values = request_values(0, version, rng)
+        values["transactional_id"] = None if size % 2 else "txn"
+        values["topic_data"] = [{**values["topic_data"][0], "partition_data": [
+            {"index": 3, "records": bytes(rng.randrange(256) for _ in range(size))}]}]
+        _, frame = client_request(0, version, values)
+        header = kc.parse_request_header(frame)
+        got = hot.decode_hot_request(header, frame)
+        assert_same_fields(got, kc.decode_request(header, frame), f"records of {size} bytes")
+        records_at = bytes(frame).index(got.topic_data[0].partition_data[0].records)
+        for end in range(records_at - 4, records_at):  # in the length (and before it)
+            with pytest.raises(kc.InvalidRequestError):
+                hot.decode_hot_request(header, frame[:end])
+
+
 def test_garbage_bodies_raise_only_invalid_request() -> None:
     rng = random.Random(7)
     for api_key, version in HOT_PAIRS:

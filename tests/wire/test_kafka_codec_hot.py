@@ -206,6 +206,27 @@ def test_fetch_regions_are_left_at_the_offsets_join_parts_gives(version: int,
         os.close(fd)
 
 
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_fetch_region_lengths_of_every_varint_size_are_written_as_join_parts_writes(
+        version: int, tmp_path: Path) -> None:
+    """Region lengths around 127 and 16383 (a compact length of one, two, three bytes)."""
+    path = tmp_path / "segment.log"
+    path.write_bytes(os.urandom(40_000))
+    fd = os.open(path, os.O_RDONLY)
+    lengths = [0, 1, 125, 126, 127, 128, 16381, 16382, 16383, 16384, 30_000]
+    try:
+        values = {"responses": [{"topic": "orders", "partitions": [
+            {"partition_index": i, "high_watermark": 5, "records": FileRegion(fd, 3, n)}
+            for i, n in enumerate(lengths)]}]}
+        _, frame = client_request(1, version, request_values(1, version, random.Random(2)))
+        header = kc.parse_request_header(frame)
+        got = hot.encode_hot_response(header, values)
+        assert got == _reference(header, values)
+        assert got is not None and [r.length for r in got[1]] == lengths
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize("version", range(ADVERTISED_BY_KEY[0].min_version,
                                           ADVERTISED_BY_KEY[0].max_version + 1))
 def test_produce_lengths_past_one_varint_byte_are_written_as_kafka_protocol_writes(

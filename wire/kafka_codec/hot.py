@@ -373,9 +373,17 @@ def _decode_fetch(data: Any, pos: int, size: int, version: int) -> FetchRequestD
                 pos = _skip_tags(data, pos, size)
             forgotten.append(ForgottenTopic(name, indexes))
     if version >= 11:
-        req.rack_id, pos = _string(data, pos, size, flexible)
+        if flexible and data[pos] == 1:  # _string's common case inline: no rack id
+            req.rack_id = ""
+            pos += 1
+        else:
+            req.rack_id, pos = _string(data, pos, size, flexible)
     if flexible:
-        tag_count, pos = _uvarint(data, pos)
+        if data[pos] == 0:  # _uvarint's common case inline: no tagged fields
+            tag_count = 0
+            pos += 1
+        else:
+            tag_count, pos = _uvarint(data, pos)
         for _ in range(tag_count):
             tag, pos = _uvarint(data, pos)
             length, pos = _uvarint(data, pos)
@@ -622,7 +630,16 @@ def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
     for topic in responses:
         if not _FETCH_TOPIC_KEYS.issuperset(topic):
             raise _Fallback
-        _put_string(out, topic["topic"], flexible)
+        if flexible:  # _put_string, its common case inline: a length of one byte
+            raw = topic["topic"].encode()
+            if len(raw) < 0x7F:
+                out.append(len(raw) + 1)
+                out += raw
+            else:
+                _put_uvarint(out, len(raw) + 1)
+                out += raw
+        else:
+            _put_string(out, topic["topic"], flexible)
         partitions = topic.get("partitions") or ()
         if flexible and len(partitions) < 0x7F:
             out.append(len(partitions) + 1)
@@ -668,7 +685,16 @@ def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
                 else:
                     out += b"\xff\xff\xff\xff"
             elif type(records) is FileRegion:
-                _put_count(out, records.length, flexible)
+                n = records.length
+                if flexible and 0 <= n < 0x3FFF:  # _put_count's, inline: one or two bytes
+                    n += 1
+                    if n < 0x80:
+                        out.append(n)
+                    else:
+                        out.append((n & 0x7F) | 0x80)
+                        out.append(n >> 7)
+                else:
+                    _put_count(out, n, flexible)
                 regions.append(RegionAt(len(out) - prefix_size, records.fd, records.position,
                                         records.length))
             else:

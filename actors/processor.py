@@ -613,15 +613,16 @@ class Processor(Actor):
             return
         tracer = self.node.tracer
         tid = tracer.sample() if tracer.enabled else 0
+        msg = KafkaRequest(conn.conn_id, seq, self.name, request.api_key, request.api_version,
+                           request.correlation_id, request.frame, now, conn.principal,
+                           conn.peer_host)
         if tid:  # the request record (client leg) is written when the request is finished
             conn.traces[seq] = (tid, self.clock.wall_ns(), size)
-        self.tell_traced(
-            conn.handler,
-            KafkaRequest(conn.conn_id, seq, self.name, request.api_key, request.api_version,
-                         request.correlation_id, request.frame, now, conn.principal,
-                         conn.peer_host),
-            tid,
-        )
+            self.tell_traced(conn.handler, msg, tid)
+        elif self._trace[0]:  # read while a traced message is handled: a chain of its own
+            self.tell_traced(conn.handler, msg, 0)
+        else:  # tell_traced's work with no trace to set or restore (nearly every request)
+            self.tell(conn.handler, msg)
 
     # ------------------------------------------------------------------ SASL
     def _sasl_gate(self, conn: _Conn, request: Request, now_ns: int) -> bool:

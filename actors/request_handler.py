@@ -558,8 +558,10 @@ class RequestHandler(Actor):
             # counted once written: an answer that cannot be, is counted by the error
             # answer sent in its place
             codes = respond.error_codes
-            self._count_errors(state.header.api_key,
-                               error_codes(respond.data) if codes is None else codes)
+            if codes is None:
+                codes = error_codes(respond.data)
+            if codes:  # nearly always none: no call
+                self._count_errors(state.header.api_key, codes)
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
                    state.local_ns, state.remote_ns, regions)
 

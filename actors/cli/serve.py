@@ -11,6 +11,7 @@ import click
 from loguru import logger
 
 from actors.cli import UserError
+from actors.runtime.collector import tune_for_serving
 from actors.runtime.config import Config, ConfigError
 
 LOG_LEVEL_ENV = "ACTORLOG_LOG_LEVEL"
@@ -107,6 +108,7 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
     # of the collector's sight, the full collections a load triggers walk only what
     # serving made since, not the whole heap each time.
     gc.freeze()
+    tune_for_serving()
     broker.run_until_signal()
     broker.stop()
     gc.freeze()  # the exit's last collection would only walk (0.5 s after a load) what dies now

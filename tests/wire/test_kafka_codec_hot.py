@@ -91,6 +91,28 @@ def test_truncated_requests_are_refused_as_kafka_protocol_refuses_them(
             assert_same_fields(got, want, f"cut at {end}")
 
 
+@pytest.mark.parametrize("version", range(ADVERTISED_BY_KEY[0].min_version,
+                                          ADVERTISED_BY_KEY[0].max_version + 1))
+def test_produce_records_lengths_of_every_varint_size_decode_as_kafka_protocol_does(
+        version: int) -> None:
+    """Records lengths around 127 and 16383 (a compact length of one, two, three bytes):
+    the fields of kafka.protocol, and each frame cut inside the length refused."""
+    rng = random.Random(version)
+    for size in (126, 127, 128, 200, 16382, 16383, 16384, 20000):
+        values = request_values(0, version, rng)
+        values["transactional_id"] = None if size % 2 else "txn"
+        values["topic_data"] = [{**values["topic_data"][0], "partition_data": [
+            {"index": 3, "records": bytes(rng.randrange(256) for _ in range(size))}]}]
+        _, frame = client_request(0, version, values)
+        header = kc.parse_request_header(frame)
+        got = hot.decode_hot_request(header, frame)
+        assert_same_fields(got, kc.decode_request(header, frame), f"records of {size} bytes")
+        records_at = bytes(frame).index(got.topic_data[0].partition_data[0].records)
+        for end in range(records_at - 4, records_at):  # in the length (and before it)
+            with pytest.raises(kc.InvalidRequestError):
+                hot.decode_hot_request(header, frame[:end])
+
+
 def test_garbage_bodies_raise_only_invalid_request() -> None:
     rng = random.Random(7)
     for api_key, version in HOT_PAIRS:
@@ -180,6 +202,27 @@ def test_fetch_regions_are_left_at_the_offsets_join_parts_gives(version: int,
         got = hot.encode_hot_response(header, values)
         assert got == _reference(header, values)
         assert got is not None and [r.length for r in got[1]] == [5000, 900]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_fetch_region_lengths_of_every_varint_size_are_written_as_join_parts_writes(
+        version: int, tmp_path: Path) -> None:
+    """Region lengths around 127 and 16383 (a compact length of one, two, three bytes)."""
+    path = tmp_path / "segment.log"
+    path.write_bytes(os.urandom(40_000))
+    fd = os.open(path, os.O_RDONLY)
+    lengths = [0, 1, 125, 126, 127, 128, 16381, 16382, 16383, 16384, 30_000]
+    try:
+        values = {"responses": [{"topic": "orders", "partitions": [
+            {"partition_index": i, "high_watermark": 5, "records": FileRegion(fd, 3, n)}
+            for i, n in enumerate(lengths)]}]}
+        _, frame = client_request(1, version, request_values(1, version, random.Random(2)))
+        header = kc.parse_request_header(frame)
+        got = hot.encode_hot_response(header, values)
+        assert got == _reference(header, values)
+        assert got is not None and [r.length for r in got[1]] == lengths
     finally:
         os.close(fd)
 

@@ -244,7 +244,11 @@ def _count(data: Any, pos: int, flexible: bool) -> tuple[int, int]:
 
 def _decode_produce(data: Any, pos: int, size: int, version: int) -> ProduceRequestData:
     flexible = version >= _PRODUCE_FLEXIBLE
-    transactional_id, pos = _nullable_string(data, pos, size, flexible)
+    if flexible and data[pos] == 0:  # _nullable_string's common case inline: no id
+        transactional_id: str | None = None
+        pos += 1
+    else:
+        transactional_id, pos = _nullable_string(data, pos, size, flexible)
     acks, timeout_ms = _I16_I32.unpack_from(data, pos)
     pos += 6
     # _count, its common case inline (here and below): a one-byte compact count
@@ -266,7 +270,16 @@ def _decode_produce(data: Any, pos: int, size: int, version: int) -> ProduceRequ
             (index,) = _I32.unpack_from(data, pos)
             pos += 4
             if flexible:
-                n, pos = _uvarint(data, pos)
+                # _uvarint, its common cases inline: a batch under 16 KiB has a length of
+                # one or two bytes
+                n = data[pos]
+                if n < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:
+                    n = (n & 0x7F) | (data[pos + 1] << 7)
+                    pos += 2
+                else:
+                    n, pos = _uvarint(data, pos)
                 n -= 1
             else:
                 (n,) = _I32.unpack_from(data, pos)
@@ -360,9 +373,17 @@ def _decode_fetch(data: Any, pos: int, size: int, version: int) -> FetchRequestD
                 pos = _skip_tags(data, pos, size)
             forgotten.append(ForgottenTopic(name, indexes))
     if version >= 11:
-        req.rack_id, pos = _string(data, pos, size, flexible)
+        if flexible and data[pos] == 1:  # _string's common case inline: no rack id
+            req.rack_id = ""
+            pos += 1
+        else:
+            req.rack_id, pos = _string(data, pos, size, flexible)
     if flexible:
-        tag_count, pos = _uvarint(data, pos)
+        if data[pos] == 0:  # _uvarint's common case inline: no tagged fields
+            tag_count = 0
+            pos += 1
+        else:
+            tag_count, pos = _uvarint(data, pos)
         for _ in range(tag_count):
             tag, pos = _uvarint(data, pos)
             length, pos = _uvarint(data, pos)
@@ -507,7 +528,16 @@ def _encode_produce(out: bytearray, values: dict[str, Any], version: int) -> Non
     for topic in responses:
         if not _PRODUCE_TOPIC_KEYS.issuperset(topic):
             raise _Fallback
-        _put_string(out, topic["name"], flexible)
+        if flexible:  # _put_string, its common case inline: a length of one byte
+            raw = topic["name"].encode()
+            if len(raw) < 0x7F:
+                out.append(len(raw) + 1)
+                out += raw
+            else:
+                _put_uvarint(out, len(raw) + 1)
+                out += raw
+        else:
+            _put_string(out, topic["name"], flexible)
         partitions = topic.get("partition_responses") or ()
         if flexible and len(partitions) < 0x7F:
             out.append(len(partitions) + 1)
@@ -540,7 +570,11 @@ def _encode_produce(out: bytearray, values: dict[str, Any], version: int) -> Non
                     _put_nullable_string(out, e.get("batch_index_error_message"), flexible)
                     if flexible:
                         out.append(0)
-                _put_nullable_string(out, p.get("error_message"), flexible)
+                message = p.get("error_message")
+                if message is None and flexible:  # _put_nullable_string's, inline
+                    out.append(0)
+                else:
+                    _put_nullable_string(out, message, flexible)
             if flexible:
                 leader = _leader_tag(p.get("current_leader")) if version >= 10 else None
                 if leader is None:
@@ -596,7 +630,16 @@ def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
     for topic in responses:
         if not _FETCH_TOPIC_KEYS.issuperset(topic):
             raise _Fallback
-        _put_string(out, topic["topic"], flexible)
+        if flexible:  # _put_string, its common case inline: a length of one byte
+            raw = topic["topic"].encode()
+            if len(raw) < 0x7F:
+                out.append(len(raw) + 1)
+                out += raw
+            else:
+                _put_uvarint(out, len(raw) + 1)
+                out += raw
+        else:
+            _put_string(out, topic["topic"], flexible)
         partitions = topic.get("partitions") or ()
         if flexible and len(partitions) < 0x7F:
             out.append(len(partitions) + 1)
@@ -642,7 +685,16 @@ def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
                 else:
                     out += b"\xff\xff\xff\xff"
             elif type(records) is FileRegion:
-                _put_count(out, records.length, flexible)
+                n = records.length
+                if flexible and 0 <= n < 0x3FFF:  # _put_count's, inline: one or two bytes
+                    n += 1
+                    if n < 0x80:
+                        out.append(n)
+                    else:
+                        out.append((n & 0x7F) | 0x80)
+                        out.append(n >> 7)
+                else:
+                    _put_count(out, n, flexible)
                 regions.append(RegionAt(len(out) - prefix_size, records.fd, records.position,
                                         records.length))
             else:

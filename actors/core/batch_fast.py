@@ -42,9 +42,11 @@ Why C: per 16 KiB append in ``bench log`` (cache-cold, as there), the raw
 ``os.write`` takes ~12.2 µs; check + CRC + patched writev add ~1.7 µs in C, and
 the Python twins ~1.8 µs more (a struct unpack into a 13-tuple, a memoryview
 and its slices, the 17-byte head packed, a tuple of pieces for os.writev, the
-buffer lookups of two calls). The CRC itself is no faster than the crc32c
-package's on that bench (reading the batch from memory bounds both); it is in
-C so the check needs no Python call. Build in a work tree with
+buffer lookups of two calls). The CRC is in C so the check needs no Python
+call; where the CPU has AVX-512 carry-less multiplication (``CRC_FOLD``) it
+folds 64 bytes a multiply pair, ~0.22 µs for 16 KiB against ~0.69 µs for the
+crc32 instruction's three streams (which bound it at 8 bytes a cycle) and the
+crc32c package. Build in a work tree with
 ``python -c 'import setuptools; setuptools.setup()' build_ext --inplace``.
 """
 

@@ -2,6 +2,7 @@ import mmap
 
 HARDWARE_CRC: int
 CRC_FOLD: int
+LOG_APPEND_VERSION: int
 
 def single_batch(records: bytes | bytearray | memoryview, /) -> tuple[int, ...] | None: ...
 def write_batch(fd: int, records: bytes | bytearray | memoryview, base_offset: int,
@@ -23,3 +24,8 @@ class SegmentCore:
     def append_one(self, records: bytes | bytearray | memoryview, batch_length: int,
                    leader_epoch: int, size: int, base_offset: int, next_offset: int,
                    max_timestamp: int, defer: bool = False, /) -> None: ...
+
+class LogCore:
+    """PartitionLog's base where log_append is built: append_as_leader's entry in C."""
+
+def log_core_register(globals: dict[str, object], /) -> None: ...

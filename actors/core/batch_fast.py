@@ -32,7 +32,9 @@ path: one C call walking the records' varints, no Python frame.
 ``log_append(log, records, leader_epoch, now_ms, defer)`` (C only): the whole
 common case of ``PartitionLog.append_as_leader`` (its inline fast path is the
 Python twin, used where this is None), see _batch_fast.c; None means "take the
-general path", with nothing changed.
+general path", with nothing changed. Its caller there is C too: PartitionLog's base
+class ``LogCore`` has the entry of ``append_as_leader`` (the twin's first lines), so a
+common append runs no Python frame; anything else it hands to the twin.
 
 The module also defines the base classes of LogSegment and the mapped indexes
 (``SegmentCore``, ``IndexCore``; their Python twins are in log_segment.py and
@@ -171,7 +173,7 @@ except ImportError:  # not built (no compiler where it was installed): the Pytho
     _compiled = None
 # What log_append does and reads: bumped together with LOG_APPEND_VERSION in
 # _batch_fast.c, so a module built from other code is not used.
-LOG_APPEND_VERSION = 1
+LOG_APPEND_VERSION = 2
 if _compiled is not None and not (
         all(hasattr(_compiled, name)
             for name in ("SegmentCore", "IndexCore", "timestamps_within"))

@@ -1391,11 +1391,12 @@ static PyObject *core_append_as_leader(PyObject *self, PyObject *const *args, si
     if (on != log_append_func) return core_to_twin(self, str_append_py, args, nargsf, kwnames);
     PyObject *error = PyObject_GetAttr(self, str_commit_error);
     if (error == NULL) return NULL;
-    Py_DECREF(error);
+    Py_DECREF(error);  /* compared by identity only: the attribute still holds it */
+    if (error != Py_None)  /* the twin refuses a failed write first, as it always did */
+        return core_to_twin(self, str_append_py, args, nargsf, kwnames);
     int coordinator = PyObject_IsTrue(a[3]);
     if (coordinator < 0) return NULL;
-    if (error != Py_None || coordinator)
-        return core_to_twin(self, str_append_py, args, nargsf, kwnames);
+    if (coordinator) return core_to_twin(self, str_append_py, args, nargsf, kwnames);
     PyObject *call[5] = {self, a[0], a[1], a[2], a[4]};
     PyObject *done = log_append(NULL, call, 5);
     if (done != Py_None) return done;  /* the AppendInfo, or NULL with the error */
@@ -1510,6 +1511,7 @@ PyMODINIT_FUNC PyInit__batch_fast(void) {
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "HARDWARE_CRC", have_hw) < 0
         || PyModule_AddIntConstant(m, "CRC_FOLD", FOLD_POSSIBLE ? have_fold : 0) < 0
+        || PyModule_AddIntConstant(m, "CRC_FOLD_BUILT", FOLD_POSSIBLE) < 0
         || PyModule_AddIntConstant(m, "LOG_APPEND_VERSION", LOG_APPEND_VERSION) < 0
         || PyModule_AddObjectRef(m, "IndexCore", (PyObject *)&IndexCoreType) < 0
         || PyModule_AddObjectRef(m, "SegmentCore", (PyObject *)&SegmentCoreType) < 0) {

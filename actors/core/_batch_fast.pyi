@@ -2,6 +2,7 @@ import mmap
 
 HARDWARE_CRC: int
 CRC_FOLD: int
+CRC_FOLD_BUILT: int
 LOG_APPEND_VERSION: int
 
 def single_batch(records: bytes | bytearray | memoryview, /) -> tuple[int, ...] | None: ...

@@ -477,10 +477,24 @@ def test_the_c_entry_takes_the_twins_arguments(tmp_path: Path) -> None:
     log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), 0)
     log.assign_epoch_start_offset(1, 0)
     assert log.append_as_leader(_plain(0), 1, NOW, False, False).first_offset == 0
-    assert log.append_as_leader(_plain(1), 1, NOW, coordinator=False,
-                                defer=True).first_offset == 3
-    assert log.append_as_leader(_plain(2), 1, NOW, False, defer=True).first_offset == 6
+    first_size = log.segments[-1].log_path.stat().st_size
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)  # by name, the C entry takes them itself: not the twin
+    try:
+        by_name = log.append_as_leader(_plain(1), 1, NOW, coordinator=False, defer=True)
+        mixed = log.append_as_leader(_plain(2), 1, NOW, False, defer=True)
+    finally:
+        sys.setprofile(None)
+    assert "_append_as_leader_py" not in calls and "_append_general" not in calls, calls
+    assert (by_name.first_offset, mixed.first_offset) == (3, 6)
+    assert log.segments[-1].log_path.stat().st_size == first_size  # staged, not written
     assert log.commit() is None
+    assert log.segments[-1].log_path.stat().st_size > first_size
     # a coordinator append takes the general path (its epoch checked, not its sequence)
     assert log.append_as_leader(_idem(0), 1, NOW, coordinator=True).first_offset == 9
     # a new producer's first batch: log_append says None, the general part appends it

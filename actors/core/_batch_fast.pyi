@@ -1,6 +1,9 @@
 import mmap
 
 HARDWARE_CRC: int
+CRC_FOLD: int
+CRC_FOLD_BUILT: int
+LOG_APPEND_VERSION: int
 
 def single_batch(records: bytes | bytearray | memoryview, /) -> tuple[int, ...] | None: ...
 def write_batch(fd: int, records: bytes | bytearray | memoryview, base_offset: int,
@@ -10,6 +13,7 @@ def write_batch(fd: int, records: bytes | bytearray | memoryview, base_offset: i
 def timestamps_within(records: bytes | bytearray | memoryview, now_ms: int,
                       before_max_ms: int, after_max_ms: int, /) -> bool: ...
 def crc32c(data: bytes | bytearray | memoryview, crc: int = 0, /) -> int: ...
+def crc32c_streams(data: bytes | bytearray | memoryview, /) -> int: ...
 def crc32c_table(data: bytes | bytearray | memoryview, /) -> int: ...
 
 class IndexCore:
@@ -21,3 +25,8 @@ class SegmentCore:
     def append_one(self, records: bytes | bytearray | memoryview, batch_length: int,
                    leader_epoch: int, size: int, base_offset: int, next_offset: int,
                    max_timestamp: int, defer: bool = False, /) -> None: ...
+
+class LogCore:
+    """PartitionLog's base where log_append is built: append_as_leader's entry in C."""
+
+def log_core_register(globals: dict[str, object], /) -> None: ...

@@ -21,7 +21,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, NoReturn, cast
+from typing import TYPE_CHECKING, NamedTuple, NoReturn, cast
 
 from actors.core.batch_fast import COMPILED_MODULE, log_append, single_batch, timestamps_within
 from actors.core.checkpoint import TMP_SUFFIX, fsync_dir
@@ -326,6 +326,9 @@ class AppendInfo(NamedTuple):
 _log_append = cast("Callable[..., AppendInfo | None] | None", log_append)
 if COMPILED_MODULE is not None and log_append is not None:
     COMPILED_MODULE.log_append_types(AppendInfo, BatchMetadata)
+    if hasattr(COMPILED_MODULE, "log_core_register"):
+        # LogCore.append_as_leader reads _log_append here (tests set it to None)
+        COMPILED_MODULE.log_core_register(globals())
 
 
 class ReadInfo(NamedTuple):
@@ -340,7 +343,17 @@ class ReadInfo(NamedTuple):
     region: FileRegion | None = None  # the batches in their file; ``records`` is empty
 
 
-class PartitionLog:
+# PartitionLog's base: where log_append is built, the C type whose append_as_leader is
+# _append_as_leader_py's entry (no Python frame for the common case); else object, and
+# append_as_leader is the twin itself.
+if TYPE_CHECKING:
+    _LogBase = object
+else:
+    _LogBase = (COMPILED_MODULE.LogCore
+                if _log_append is not None and hasattr(COMPILED_MODULE, "LogCore") else object)
+
+
+class PartitionLog(_LogBase):
     """One partition's segments and offsets; see the module docstring."""
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
@@ -690,9 +703,9 @@ class PartitionLog:
 
     # ---------------------------------------------------------------- append
 
-    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
-                         now_ms: int, coordinator: bool = False,
-                         defer: bool = False) -> AppendInfo:
+    def _append_as_leader_py(self, records: bytes | bytearray | memoryview,
+                             leader_epoch: int, now_ms: int, coordinator: bool = False,
+                             defer: bool = False) -> AppendInfo:
         """Validate every batch, assign offsets by patching headers, write once.
 
         Nothing is written unless every batch passes. A retried idempotent batch
@@ -708,6 +721,10 @@ class PartitionLog:
 
         Refused (StorageError) while a failed write of staged batches is not told
         yet (``commit()``): see ``_refuse_while_lost``.
+
+        This is ``append_as_leader`` where the C module is not built; where it is,
+        ``append_as_leader`` is LogCore's (_batch_fast.c), which does this entry's
+        common case in C and calls this for anything else.
         """
         if self._commit_error is not None:
             self._refuse_while_lost()
@@ -783,6 +800,15 @@ class PartitionLog:
                     if self._unflushed_messages >= config.flush_messages:
                         self._flush_appended(now_ms, info)
                     return info
+        return self._append_general(records, leader_epoch, now_ms, coordinator)
+
+    if TYPE_CHECKING or _LogBase is object:
+        append_as_leader = _append_as_leader_py
+
+    def _append_general(self, records: bytes | bytearray | memoryview, leader_epoch: int,
+                        now_ms: int, coordinator: bool) -> AppendInfo:
+        """append_as_leader past its common case: every batch checked and placed, and
+        written at once (after any staged ones), deferred or not."""
         headers = check_batches(records)
         if not headers:
             return self._empty_append_info()

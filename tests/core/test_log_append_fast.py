@@ -20,6 +20,7 @@ from actors.core import batch_fast, partition_log
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch
 from tests.core.test_segment_core import _state
+from wire.errors import StorageError
 
 needs_c = pytest.mark.skipif(batch_fast.log_append is None,
                              reason="the C module is not built here")
@@ -424,3 +425,93 @@ def test_a_c_module_of_another_log_append_version_is_not_used() -> None:
     # built without log_append (a CPython it is not built for): the rest of the C module,
     # and the log's inline twin
     assert _import_after("del m.log_append, m.log_append_types") == "True False 0"
+
+
+@needs_c
+def test_a_common_append_runs_no_python_frame(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """append_as_leader is LogCore's C entry: a common-case append (written or staged)
+    calls no Python function at all; the twin (``_log_append`` None) still runs."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), 0)
+    log.assign_epoch_start_offset(1, 0)
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    batches = [_plain(i) for i in range(4)]
+    # the segment's first append reserves its index slots (in Python, _append_one_py)
+    log.append_as_leader(_plain(9), 1, NOW)
+    sys.setprofile(profile)
+    try:
+        first = log.append_as_leader(batches[0], 1, NOW)
+    finally:
+        sys.setprofile(None)
+    # the turn's first staged batch keeps the segment's state for an undo (_state)
+    log.append_as_leader(batches[1], 1, NOW, defer=True)
+    sys.setprofile(profile)
+    try:
+        second = log.append_as_leader(batches[3], 1, NOW, defer=True)
+    finally:
+        sys.setprofile(None)
+    assert calls == []
+    assert (first.first_offset, second.first_offset) == (3, 9)
+    assert log.commit() is None
+    monkeypatch.setattr(partition_log, "_log_append", None)
+    sys.setprofile(profile)
+    try:
+        third = log.append_as_leader(batches[2], 1, NOW)
+    finally:
+        sys.setprofile(None)
+    assert calls[0] == "_append_as_leader_py"
+    assert third.first_offset == 12
+    log.close()
+
+
+@needs_c
+def test_the_c_entry_takes_the_twins_arguments(tmp_path: Path) -> None:
+    """Positional or by name, the C entry appends as the twin; anything it does not take
+    itself (an unknown or repeated argument, a coordinator append, a failed write not
+    told yet) goes to the twin, which answers or refuses it as before."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), 0)
+    log.assign_epoch_start_offset(1, 0)
+    assert log.append_as_leader(_plain(0), 1, NOW, False, False).first_offset == 0
+    first_size = log.segments[-1].log_path.stat().st_size
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)  # by name, the C entry takes them itself: not the twin
+    try:
+        by_name = log.append_as_leader(_plain(1), 1, NOW, coordinator=False, defer=True)
+        mixed = log.append_as_leader(_plain(2), 1, NOW, False, defer=True)
+    finally:
+        sys.setprofile(None)
+    assert "_append_as_leader_py" not in calls and "_append_general" not in calls, calls
+    assert (by_name.first_offset, mixed.first_offset) == (3, 6)
+    assert log.segments[-1].log_path.stat().st_size == first_size  # staged, not written
+    assert log.commit() is None
+    assert log.segments[-1].log_path.stat().st_size > first_size
+    # a coordinator append takes the general path (its epoch checked, not its sequence)
+    assert log.append_as_leader(_idem(0), 1, NOW, coordinator=True).first_offset == 9
+    # a new producer's first batch: log_append says None, the general part appends it
+    assert log.append_as_leader(_idem(0, pid=8), 1, NOW).first_offset == 11
+    # and its next one is the common case again; a duplicate answers the first offsets
+    assert log.append_as_leader(_idem(2, pid=8), 1, NOW).first_offset == 13
+    duplicate = log.append_as_leader(_idem(0, pid=8), 1, NOW)
+    assert (duplicate.first_offset, duplicate.duplicate) == (11, True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'deferred'"):
+        log.append_as_leader(_plain(3), 1, NOW, deferred=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="multiple values for argument 'defer'"):
+        log.append_as_leader(_plain(3), 1, NOW, False, True, defer=True)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
+        log.append_as_leader(_plain(3), 1)  # type: ignore[call-arg]
+    log._commit_error = StorageError("lost")
+    with pytest.raises(StorageError, match="not appended"):
+        log.append_as_leader(_plain(3), 1, NOW)
+    log._commit_error = None
+    assert log.log_end_offset == 15
+    log.close()

@@ -1333,7 +1333,7 @@ class ClusterController(Actor):
                     self._try_shutdown(now)
             elif self._shutdown_controller_moved(found):
                 self._shutdown_attempt_failed(
-                    found, now, f"broker {found.sent_to} is not the controller any more")
+                    found, now, f"/controller changed since it went to broker {found.sent_to}")
             elif now >= found.next_try_ms:
                 self._shutdown_attempt_failed(
                     found, now, f"no answer from controller {found.sent_to} within "

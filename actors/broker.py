@@ -1093,8 +1093,10 @@ class Broker:
 
         Waits while the controller actor tries, at most
         ``controlled.shutdown.max.retries`` attempts in all (Kafka's count; 0 makes
-        none) of ``request.timeout.ms`` each with ``controlled.shutdown.retry.backoff.ms``
-        between them; then the node stops whatever the outcome.
+        none; a pass that finds no controller to ask is one) of ``request.timeout.ms``
+        each with ``controlled.shutdown.retry.backoff.ms`` after each that failed but the
+        last (the actor logs each attempt's outcome); then the node stops whatever the
+        outcome.
         """
         node, topo = self.node, self.topology
         if not self.cluster or node is None or topo is None:

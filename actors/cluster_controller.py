@@ -1198,13 +1198,21 @@ class ClusterController(Actor):
         return found.attempts < int(self.config["controlled.shutdown.max.retries"])
 
     def _try_shutdown(self, now: int) -> None:
+        """One attempt, counted whatever comes of it, as each pass of Kafka's
+        controlledShutdown loop is: one that finds no controller to ask (none known, or
+        the one /controller names not registered, Kafka's "broker registration for
+        controller is not available") fails at once and the next waits the backoff."""
         found = self.shutdown
         assert found is not None
+        found.attempts += 1
         controller = self.driver.controller_id
         if controller is None:
-            found.next_try_ms = now + FORWARD_RETRY_MS
+            self._shutdown_attempt_failed(found, now, "no controller known")
             return
-        found.attempts += 1
+        if controller != self.broker.broker_id and controller not in self.brokers:
+            self._shutdown_attempt_failed(
+                found, now, f"controller {controller} is not a registered broker")
+            return
         found.req_id = next(self.req_ids)
         found.sent_ms = now
         found.sent_to = controller
@@ -1213,11 +1221,33 @@ class ClusterController(Actor):
         self.tell(self._controller_of(controller), cm.ControlledShutdown(
             found.req_id, self.broker.broker_id, self.broker_epoch))
 
+    def _shutdown_attempt_failed(self, found: _Shutdown, now: int, reason: str) -> None:
+        """The attempt made ended without the shutdown done: logged once; the next waits
+        ``controlled.shutdown.retry.backoff.ms``, as Kafka's loop sleeps after every pass
+        that did not succeed but the last; after the last, the shutdown failed (the node
+        stops anyway, and says so). An answer to this attempt coming later is not taken
+        (Kafka's request ended with it)."""
+        found.message = reason
+        found.sent_to = None
+        found.req_id = -1
+        left = int(self.config["controlled.shutdown.max.retries"]) - found.attempts
+        if left <= 0:
+            found.state = "failed"
+            self.log.warning("controlled shutdown attempt {} not complete ({}); none left",
+                             found.attempts, reason)
+            return
+        backoff_ms = int(self.config["controlled.shutdown.retry.backoff.ms"])
+        self.log.info("controlled shutdown attempt {} not complete ({}); {} left, the next "
+                      "in {} ms", found.attempts, reason, left, backoff_ms)
+        found.next_try_ms = now + backoff_ms
+
     def _shutdown_controller_moved(self, found: _Shutdown) -> bool:
         """The attempt in flight went to a controller that is not the controller any more
         (it died, or its session expired): its answer may never come (a node that lost the
         role, or restarted, may not even reach this one to say NOT_CONTROLLER), so the
-        next attempt goes to the new controller now, not request.timeout.ms after. The same
+        attempt fails now, not request.timeout.ms after, and the next goes to the new
+        controller after the backoff (as Kafka's fails when its connection to a dead
+        controller breaks, or is answered NOT_CONTROLLER, and sleeps). The same
         when /controller changed since the attempt went, whoever holds it now (the same
         node, restarted and elected again, lost the attempt with its old life)."""
         known = self.driver.controller_id
@@ -1229,25 +1259,17 @@ class ClusterController(Actor):
         found = self.shutdown
         if found is None or found.state != "running" or msg.req_id != found.req_id:
             return
-        found.sent_to = None
         found.remaining = len(msg.remaining)
-        now = self.clock.now_ms()
         if msg.error_code == NONE and not msg.remaining:
+            found.sent_to = None
             found.state = "done"
             self.log.info("controlled shutdown done after {} attempt(s): this node leads "
                           "nothing the others could take", found.attempts)
             return
-        reason = (ErrorCode(msg.error_code).name if msg.error_code
-                  else f"{len(msg.remaining)} partition(s) still led here")
-        found.message = reason
-        if not self._shutdown_attempts_left():
-            found.state = "failed"
-            self.log.warning("controlled shutdown gave up after {} attempt(s): {}",
-                             found.attempts, reason)
-            return
-        self.log.info("controlled shutdown attempt {} not complete ({}); retrying",
-                      found.attempts, reason)
-        found.next_try_ms = now + int(self.config["controlled.shutdown.retry.backoff.ms"])
+        self._shutdown_attempt_failed(
+            found, self.clock.now_ms(),
+            ErrorCode(msg.error_code).name if msg.error_code
+            else f"{len(msg.remaining)} partition(s) still led here")
 
     # ------------------------------------------------------------ timers
     def poll_timeout_ms(self) -> int | None:
@@ -1305,13 +1327,17 @@ class ClusterController(Actor):
             elif now >= fwd.next_try_ms:
                 self._try_forward(req_id, fwd, now)
         found = self.shutdown
-        if found is not None and found.state == "running" and (
-                now >= found.next_try_ms or self._shutdown_controller_moved(found)):
-            if not self._shutdown_attempts_left():
-                found.state = "failed"
-                found.message = found.message or "no answer from the controller"
-            else:
-                self._try_shutdown(now)
+        if found is not None and found.state == "running":
+            if found.sent_to is None:
+                if now >= found.next_try_ms:  # the backoff after a failed attempt is over
+                    self._try_shutdown(now)
+            elif self._shutdown_controller_moved(found):
+                self._shutdown_attempt_failed(
+                    found, now, f"/controller changed since it went to broker {found.sent_to}")
+            elif now >= found.next_try_ms:
+                self._shutdown_attempt_failed(
+                    found, now, f"no answer from controller {found.sent_to} within "
+                                f"{self.request_timeout_ms} ms")
 
     # ------------------------------------------------------------ inspection
     @handles(bm.GetStats)

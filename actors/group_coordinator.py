@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Collection
 from typing import Any
 
 from actors.coordinator_reads import REFUSALS, REFUSED_RETRY_MS, LoadReading
@@ -973,20 +974,30 @@ class GroupCoordinator(LoadReading, Actor):
 
     @handles(ListGroups)
     def on_list(self, msg: ListGroups) -> None:
-        if not self.cluster and not self.loaded:
-            self._list_while_loading(msg)
-        elif self._serving(msg):
-            self._perform(self.core.list_groups(self._rid(msg.req_id), msg.states))
+        if not self.cluster:
+            if not self.loaded:
+                self._list_while_loading(msg, self.loaded_parts)
+                return
+        elif self.led and not self.count_known:
+            # no group maps to a partition yet, so none is loaded: the error alone
+            self._list_while_loading(msg, ())
+            return
+        elif self.led and not self.loaded_parts.issuperset(self.led):
+            # a partition this node leads still loads: the list would miss its groups
+            self._list_while_loading(msg, self.loaded_parts & self.led.keys())
+            return
+        self._perform(self.core.list_groups(self._rid(msg.req_id), msg.states))
 
-    def _list_while_loading(self, msg: ListGroups) -> None:
-        """Single node, a load on: the groups of the partitions restored, answered
-        COORDINATOR_LOAD_IN_PROGRESS, as Kafka's handleListGroups lists the groups loaded
-        with that error while any partition loads (the groups of a partition being
-        restored are not listed: some may be missing yet). Counted in refused_loading,
-        as a DescribeGroups with a group refused is: the client is answered that error."""
+    def _list_while_loading(self, msg: ListGroups, served: Collection[int]) -> None:
+        """A load on: the groups of the partitions ``served`` (restored; in a cluster,
+        those led here), answered COORDINATOR_LOAD_IN_PROGRESS, as Kafka's
+        handleListGroups lists the groups loaded with that error while any partition
+        loads (the groups of a partition being restored are not listed: some may be
+        missing yet). A single node and a cluster node answer alike. Counted in
+        refused_loading, as a DescribeGroups with a group refused is: the client is
+        answered that error."""
         self.refused_loading += 1
-        self._perform(self.core.list_groups(self._rid(msg.req_id), msg.states,
-                                            self.loaded_parts,
+        self._perform(self.core.list_groups(self._rid(msg.req_id), msg.states, served,
                                             ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
 
     @handles(DescribeGroups)
@@ -1276,24 +1287,16 @@ class GroupCoordinator(LoadReading, Actor):
             return ""
 
     def _serving_in_cluster(self, msg: Any) -> bool:
-        # DescribeGroups and DeleteGroups are judged group by group (_refused_groups)
-        groups = [] if isinstance(msg, ListGroups) else [msg.group_id]
+        # DescribeGroups and DeleteGroups are judged group by group (_refused_groups),
+        # ListGroups by on_list
         code = NONE
-        if not groups and self.led and (not self.count_known
-                                        or not self.loaded_parts.issuperset(self.led)):
-            # ListGroups while a partition this node leads is not loaded (the count not
-            # known yet, or its load under way): the list would miss its groups (Kafka's
-            # handleListGroups: COORDINATOR_LOAD_IN_PROGRESS while loading)
-            code = LOAD_IN_PROGRESS
-        for group_id in groups:
-            p = self.core.partition_for(group_id)
-            if not self.count_known:
-                code = int(self._count_unknown_code())
-                break
+        if not self.count_known:
+            code = int(self._count_unknown_code())
+        else:
+            p = self.core.partition_for(msg.group_id)
             if p not in self.led:
                 code = NOT_COORDINATOR
-                break
-            if p not in self.loaded_parts:
+            elif p not in self.loaded_parts:
                 code = LOAD_IN_PROGRESS
         if code == NONE:
             return True

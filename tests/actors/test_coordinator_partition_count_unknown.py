@@ -134,7 +134,7 @@ class Probe(Actor):
 
     @handles(ListGroupsDone)
     def on_list(self, msg: ListGroupsDone) -> None:
-        self.answers.append(["list", msg.error_code])
+        self.answers.append(["list", msg.error_code, sorted(r.group_id for r in msg.rows)])
 
     @handles(JoinGroupDone)
     def on_join(self, msg: JoinGroupDone) -> None:
@@ -200,7 +200,8 @@ def test_a_group_is_served_only_once_the_offsets_topics_count_is_known(
     assert _answer(node)[0] == LOADING
     assert node.ask(topo.shard(0), GetStats()) == []  # nothing written anywhere
     node.tell(groups, ListGroups(9, None), sender="probe")
-    assert _answer(node) == ["list", LOADING]  # not an empty list while nothing is loaded
+    # not an empty list while nothing is loaded: the error, and no group
+    assert _answer(node) == ["list", LOADING, []]
 
     node.tell(groups, CoordinatorPartitions([], [], REAL_COUNT))
     wait_for(lambda: node.ask(groups, GetStats())["loaded_partitions"] == [0, 1, 2] or None,
@@ -361,8 +362,10 @@ def test_a_last_partition_missing_from_the_metadata_leaves_the_others_served(
 def test_list_groups_is_refused_while_a_partition_led_here_is_loading(
         manual_node: Node) -> None:
     """The count known, one partition's load under way (its read not answered): ListGroups
-    would miss that partition's groups, so it answers COORDINATOR_LOAD_IN_PROGRESS, as
-    Kafka's handleListGroups while loading; once loaded it lists."""
+    would miss that partition's groups, so it answers COORDINATOR_LOAD_IN_PROGRESS with
+    the groups of the partitions loaded, as Kafka's handleListGroups while loading (and as
+    a single node answers; a cluster node answered the error with no group); once loaded
+    it lists them all."""
     node = manual_node
     topo, config = _node(node)
     groups = node.spawn(GroupCoordinator, topo.coordinator(0).name, topology=topo,
@@ -372,7 +375,7 @@ def test_list_groups_is_refused_while_a_partition_led_here_is_loading(
     wait_for(lambda: node.ask(groups, GetStats())["loaded_partitions"] == [0, 1, 2] or None,
              "the load")
     node.tell(groups, ListGroups(1, None), sender="probe")
-    assert _answer(node) == ["list", 0]
+    assert _answer(node) == ["list", 0, [GROUP]]
     LogShard.unanswered = {(OFFSETS_TOPIC, 1)}
     # partition 1 resigned and led again: its load starts, its read is never answered
     node.tell(groups, CoordinatorPartitions([], [1], REAL_COUNT))
@@ -381,8 +384,17 @@ def test_list_groups_is_refused_while_a_partition_led_here_is_loading(
     assert node.ask(groups, GetStats())["loaded_partitions"] == [0, 2]
     refused = node.ask(groups, GetStats())["refused_loading"]
     node.tell(groups, ListGroups(2, None), sender="probe")
-    assert _answer(node) == ["list", LOADING]
+    # GROUP's partition 2 is loaded: listed with the error
+    assert _answer(node) == ["list", LOADING, [GROUP]]
     assert node.ask(groups, GetStats())["refused_loading"] == refused + 1  # counted
+    # GROUP's own partition loading: the error, GROUP not listed
+    LogShard.unanswered = {(OFFSETS_TOPIC, 2)}
+    node.tell(groups, CoordinatorPartitions([], [2], REAL_COUNT))
+    node.tell(groups, CoordinatorPartitions([CoordinatorPartitionRow(2, 1)], [], REAL_COUNT))
+    node.quiesce()
+    assert node.ask(groups, GetStats())["loaded_partitions"] == [0]
+    node.tell(groups, ListGroups(3, None), sender="probe")
+    assert _answer(node) == ["list", LOADING, []]
 
 
 def test_list_transactions_is_refused_while_a_partition_led_here_is_loading(

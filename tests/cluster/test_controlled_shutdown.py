@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from actors.metadata import znodes
 from tests.fixtures.cluster import wait_for
-from tests.fixtures.cluster_tools import log_lines
+from tests.fixtures.cluster_tools import ZooKeeperReader, log_lines
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
 
@@ -67,7 +68,8 @@ def test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off(
     # max.retries = 2: two attempts in all, as Kafka's remainingRetries counts (before,
     # a third went: "attempt 2 not complete; retrying")
     assert gave_up, node.log()[-3000:]
-    assert not log_lines(node, "attempt 2 not complete")
+    last = log_lines(node, "controlled shutdown attempt 2 not complete")
+    assert len(last) == 1 and "none left" in last[0], node.log()[-3000:]
     assert not log_lines(node, "attempt 3")
     # The retry waited out the backoff (a lower bound: a loaded machine only adds to it).
     gap_ms = (_stamp(gave_up[0]) - _stamp(attempts[0])).total_seconds() * 1000
@@ -88,9 +90,10 @@ def test_max_retries_0_makes_no_attempt(cluster_factory: Any) -> None:
 def test_a_stopping_node_asks_the_new_controller_when_the_one_it_asked_dies(
         cluster_factory: Any) -> None:
     """SIGTERM just after the controller was killed: the first ask goes to the dead one
-    and is never answered. Once another node is the controller, the ask goes to it at
-    once (as a broker whose connection to a dead controller fails retries), not after
-    request.timeout.ms (here 90 s) without an answer."""
+    and is never answered. Once another node is the controller, that attempt fails at
+    once and the next goes to the new one after the backoff (as a broker whose
+    connection to a dead controller fails retries), not after request.timeout.ms (here
+    90 s) without an answer."""
     cluster = cluster_factory(3, config={"request.timeout.ms": 90_000})
     admin = KafkaAdminClient(bootstrap_servers=cluster.nodes[1].bootstrap,
                              request_timeout_ms=30_000)
@@ -140,3 +143,64 @@ def test_a_node_that_led_stops_without_waiting_for_its_followers_fetches_to_end(
     assert "no longer leading led-0" in stopped, stopped[-3000:]
     assert "started replica fetcher replica-fetcher-1-0" in stopped, stopped[-3000:]
     assert "did not quiesce" not in stopped, stopped[-3000:]
+
+
+def _attempt_lines(node: Any) -> list[str]:
+    return log_lines(node, "controlled shutdown attempt ")
+
+
+def test_a_pass_with_no_controller_to_ask_counts_as_an_attempt(cluster_factory: Any) -> None:
+    """/controller names a broker that is not registered (Kafka's "broker registration
+    for controller is not available"): each pass of the shutdown finds no controller to
+    ask, counts as an attempt and waits the backoff, max.retries passes in all; then the
+    node stops, each attempt's outcome logged once. (It asked again every 200 ms without
+    counting, each ask to the unregistered id lost until request.timeout.ms.)"""
+    cluster = cluster_factory(1, config={"controlled.shutdown.max.retries": 3,
+                                         "request.timeout.ms": 2000})
+    node = cluster.nodes[1]
+    zk = ZooKeeperReader(cluster.zk_connect)
+    try:  # in one transaction: nobody sees /controller gone, so nobody is elected
+        swap = zk.client.transaction()
+        swap.delete(znodes.CONTROLLER)
+        swap.create(znodes.CONTROLLER, znodes.encode_controller(99, int(time.time() * 1000)))
+        results = swap.commit()
+        assert not any(isinstance(r, Exception) for r in results), results
+        wait_for("node 1 to give up the controller role",
+                 lambda: log_lines(node, "this node is no longer the controller"))
+        assert node.stop() == 0
+    finally:
+        zk.close()
+    attempts = _attempt_lines(node)
+    assert len(attempts) == 3, node.log()[-3000:]
+    for n, line in enumerate(attempts, 1):
+        assert f"attempt {n} not complete (controller 99 is not a registered broker)" in line
+    assert "2 left, the next in 500 ms" in attempts[0], attempts
+    assert "1 left, the next in 500 ms" in attempts[1], attempts
+    assert "none left" in attempts[2], attempts
+    assert log_lines(node, "controlled shutdown gave up after 3 attempt(s): controller 99 "
+                           "is not a registered broker; stopping anyway"), node.log()[-3000:]
+
+
+def test_an_attempt_without_an_answer_fails_and_the_next_waits_the_backoff(
+        cluster_factory: Any) -> None:
+    """The controller is registered but stopped (SIGSTOP; its session outlives the test's
+    wait): each attempt goes unanswered for request.timeout.ms, fails, and the next waits
+    the backoff, as Kafka's loop sleeps after a request that timed out (it asked again at
+    once, and logged nothing of the attempt)."""
+    cluster = cluster_factory(2, config={"controlled.shutdown.max.retries": 2,
+                                         "request.timeout.ms": 1500,
+                                         "zookeeper.session.timeout.ms": 20_000})
+    controller = cluster.controller()
+    stopping = cluster.nodes[3 - controller]
+    cluster.nodes[controller].pause()
+    try:
+        assert stopping.stop() == 0
+    finally:
+        cluster.nodes[controller].resume()
+    attempts = _attempt_lines(stopping)
+    assert len(attempts) == 2, stopping.log()[-3000:]
+    no_answer = f"(no answer from controller {controller} within 1500 ms)"
+    assert f"attempt 1 not complete {no_answer}; 1 left, the next in 500 ms" in attempts[0]
+    assert f"attempt 2 not complete {no_answer}; none left" in attempts[1], attempts
+    assert log_lines(stopping, "controlled shutdown gave up after 2 attempt(s)"), \
+        stopping.log()[-3000:]

@@ -74,6 +74,9 @@ def test_a_failed_step_is_retried_an_interval_after_the_failure(
     monkeypatch.setattr(store, "update_partition_states", failing)
     node.tell(controller, am.AlterReassignmentsAsk(2, [am.ReassignRow("t", 0, [1, 2])]))
     wait_for(lambda: failed, "the move's phase-A state write")
+    # an ask goes after the turn that took the failure: its retry deadline is set at this
+    # clock, not at one the next advance moved on while that turn still ran
+    node.ask(controller, GetStats())
     assert other.get_topic_assignments(["t"])["t"].adding  # U1 written
     node.advance_clock(REASSIGN_RETRY_MS // 2)
     assert retries == [], "the failed step was tried again at once"

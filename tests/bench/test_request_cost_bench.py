@@ -55,9 +55,10 @@ def test_bench_request_cost_counts_a_batched_produce_of_several_partitions(
     # one request, one answer; an Append and an AppendDone per shard the 3 partitions are on
     assert hops["KafkaRequest"] == hops["KafkaResponse"] == 1.0, hops
     assert 1.0 < hops["Append"] == hops["AppendDone"] <= 3.0, hops
-    # every partition's batch is appended, once
+    # every partition's batch is appended, once (the append's entry is C, LogCore's: the
+    # partition state's step after each append is the Python call that counts them)
     calls = dict(report["results"]["top_functions"])
-    assert calls["core/partition_log.py:append_as_leader"] == 3.0, calls
+    assert calls["core/partition_state.py:on_leader_append"] == 3.0, calls
 
 
 def test_bench_request_cost_refuses_partitions_for_a_fetch() -> None:

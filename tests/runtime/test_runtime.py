@@ -320,6 +320,26 @@ def test_an_actor_stopped_and_spawned_again_gets_what_is_sent_to_its_name(
         node.spawn(OrderChecker, "checker")
 
 
+def test_a_node_whose_actor_was_spawned_again_quiesces(nodes: list[Node]) -> None:
+    """What the stopped actor took still balances what was sent to it once a namesake
+    replaced it (a replica fetcher stopped idle and spawned again): quiesce, and with it
+    every shutdown of such a node, waited its whole timeout for those messages."""
+    node = Node("respawned").start()
+    nodes.append(node)
+    sender = node.spawn(Sender, "s")
+    checker = node.spawn(OrderChecker, "checker")
+    node.ask(sender, SendSeq(100, "respawned", "checker"))
+    node.tell(checker, Seq("outside", 0))
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 101)
+    assert node.quiesce(timeout=10)
+    assert node.stop_actor("checker")
+    node.spawn(OrderChecker, "checker")
+    assert node.quiesce(timeout=10)
+    node.ask(sender, SendSeq(5, "respawned", "checker"))
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 5)
+    assert node.quiesce(timeout=10)
+
+
 def test_a_send_refused_by_a_stopped_mailbox_ends_though_its_name_runs_again(
         nodes: list[Node]) -> None:
     """An idle replica fetcher stopped and started again at once, while a shard's answer

@@ -358,15 +358,21 @@ def test_a_send_refused_by_a_stopped_mailbox_ends_though_its_name_runs_again(
     assert node.stop_actor("checker")
     node.spawn(OrderChecker, "checker")
 
-    def send_late_answers() -> None:  # until one is refused (an unread socket takes 100)
-        for _ in range(1000):
+    # Until one is refused. ZeroMQ ends the pipe to the closed mailbox in its reaper
+    # thread, later (on a loaded machine, after a thousand sends and more): until then the
+    # sends go into that pipe, which holds the link's SNDHWM (100) and the old mailbox's
+    # RCVHWM. Sending more than that makes a refusal certain either way.
+    holds = 100 + OrderChecker.mailbox_size
+
+    def send_late_answers() -> None:
+        for _ in range(holds + 1000):
             node._send_frame(link, checker, b"late answer")
             if node.dead_letters.by_reason():
                 return
 
     sender = threading.Thread(target=send_late_answers, daemon=True)
     sender.start()
-    sender.join(10)
+    sender.join(60)
     assert not sender.is_alive(), "the send waited on a mailbox that no longer exists"
     assert any("stopped while a frame waited" in reason
                for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()
@@ -395,15 +401,21 @@ def test_a_link_made_while_its_actor_is_replaced_never_waits_on_the_new_one(
     sock = ReplacedOnConnect(node.context, zmq.PUSH)
     link = node._link_on(sock, checker)
 
-    def send_late_answers() -> None:  # until one is refused (an unread socket takes 100)
-        for _ in range(1000):
+    # Until one is refused. ZeroMQ ends the pipe to the closed mailbox in its reaper
+    # thread, later (on a loaded machine, after a thousand sends and more): until then the
+    # sends go into that pipe, which holds the link's SNDHWM (100) and the old mailbox's
+    # RCVHWM. Sending more than that makes a refusal certain either way.
+    holds = 100 + OrderChecker.mailbox_size
+
+    def send_late_answers() -> None:
+        for _ in range(holds + 1000):
             node._send_frame(link, checker, b"late answer")
             if node.dead_letters.by_reason():
                 return
 
     sender = threading.Thread(target=send_late_answers, daemon=True)
     sender.start()
-    sender.join(10)
+    sender.join(60)
     assert not sender.is_alive(), "the send waited on a mailbox that no longer exists"
     assert any("stopped while a frame waited" in reason
                for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()

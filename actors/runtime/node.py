@@ -189,6 +189,10 @@ class Node:
         self._ask_ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._external_sent = 0
+        # what actors replaced by a namesake (Node.spawn after stop_actor) sent and took:
+        # their counts leave self.actors with them, quiesce still needs them
+        self._replaced_sent = 0
+        self._replaced_received = 0
         self._ready_events: list[threading.Event] = []
         self._started = False
         self._stopped = False
@@ -264,6 +268,9 @@ class Node:
             why = actor._start_error
             raise NodeError(f"actor {name!r} failed to start on node {self.name}"
                             + (f": {str(why) or type(why).__name__}" if why is not None else ""))
+        if previous is not None:  # stopped: its counts are final
+            self._replaced_sent += previous.sent_local
+            self._replaced_received += previous.received
         self.actors[name] = actor
         if previous is None:
             self._order.append(name)
@@ -524,8 +531,8 @@ class Node:
         last = None
         while real.now_ms() < deadline_ms:
             actors = list(self.actors.values())
-            sent = self._external_sent + sum(a.sent_local for a in actors)
-            received = sum(a.received for a in actors)
+            sent = self._external_sent + self._replaced_sent + sum(a.sent_local for a in actors)
+            received = self._replaced_received + sum(a.received for a in actors)
             state = (sent, received)
             if received >= sent and state == last:
                 stable += 1

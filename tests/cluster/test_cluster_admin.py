@@ -137,6 +137,11 @@ def test_elect_leaders_preferred_and_unclean_through_the_controller(
         lambda v: v if v.leaders("elect").get(moved, target) not in (target, -1) else None)(
             cluster.view(next(i for i in cluster.nodes if i != target))))
     other = next(i for i in cluster.nodes if i != target)
+    # The client sends ElectLeaders to the controller its first Metadata names and does not
+    # ask again while that one refuses connections: when the stopped node was the controller,
+    # ``other`` must name its successor first (leaderships move before the controller does).
+    wait_for("a live controller named by every process of the node asked", lambda: all(
+        v.controller_id not in (target, -1) for v in cluster.nodes[other].views()) or None)
     down = AdminClient({"bootstrap.servers": cluster.nodes[other].bootstrap})
     answer = down.elect_leaders(ElectionType.PREFERRED, [TopicPartition("elect", moved)]) \
         .result(30)

@@ -320,6 +320,26 @@ def test_an_actor_stopped_and_spawned_again_gets_what_is_sent_to_its_name(
         node.spawn(OrderChecker, "checker")
 
 
+def test_a_node_whose_actor_was_spawned_again_quiesces(nodes: list[Node]) -> None:
+    """What the stopped actor took still balances what was sent to it once a namesake
+    replaced it (a replica fetcher stopped idle and spawned again): quiesce, and with it
+    every shutdown of such a node, waited its whole timeout for those messages."""
+    node = Node("respawned").start()
+    nodes.append(node)
+    sender = node.spawn(Sender, "s")
+    checker = node.spawn(OrderChecker, "checker")
+    node.ask(sender, SendSeq(100, "respawned", "checker"))
+    node.tell(checker, Seq("outside", 0))
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 101)
+    assert node.quiesce(timeout=10)
+    assert node.stop_actor("checker")
+    node.spawn(OrderChecker, "checker")
+    assert node.quiesce(timeout=10)
+    node.ask(sender, SendSeq(5, "respawned", "checker"))
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 5)
+    assert node.quiesce(timeout=10)
+
+
 def test_a_send_refused_by_a_stopped_mailbox_ends_though_its_name_runs_again(
         nodes: list[Node]) -> None:
     """An idle replica fetcher stopped and started again at once, while a shard's answer
@@ -338,15 +358,21 @@ def test_a_send_refused_by_a_stopped_mailbox_ends_though_its_name_runs_again(
     assert node.stop_actor("checker")
     node.spawn(OrderChecker, "checker")
 
-    def send_late_answers() -> None:  # until one is refused (an unread socket takes 100)
-        for _ in range(1000):
+    # Until one is refused. ZeroMQ ends the pipe to the closed mailbox in its reaper
+    # thread, later (on a loaded machine, after a thousand sends and more): until then the
+    # sends go into that pipe, which holds the link's SNDHWM (100) and the old mailbox's
+    # RCVHWM. Sending more than that makes a refusal certain either way.
+    holds = 100 + OrderChecker.mailbox_size
+
+    def send_late_answers() -> None:
+        for _ in range(holds + 1000):
             node._send_frame(link, checker, b"late answer")
             if node.dead_letters.by_reason():
                 return
 
     sender = threading.Thread(target=send_late_answers, daemon=True)
     sender.start()
-    sender.join(10)
+    sender.join(60)
     assert not sender.is_alive(), "the send waited on a mailbox that no longer exists"
     assert any("stopped while a frame waited" in reason
                for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()
@@ -375,15 +401,21 @@ def test_a_link_made_while_its_actor_is_replaced_never_waits_on_the_new_one(
     sock = ReplacedOnConnect(node.context, zmq.PUSH)
     link = node._link_on(sock, checker)
 
-    def send_late_answers() -> None:  # until one is refused (an unread socket takes 100)
-        for _ in range(1000):
+    # Until one is refused. ZeroMQ ends the pipe to the closed mailbox in its reaper
+    # thread, later (on a loaded machine, after a thousand sends and more): until then the
+    # sends go into that pipe, which holds the link's SNDHWM (100) and the old mailbox's
+    # RCVHWM. Sending more than that makes a refusal certain either way.
+    holds = 100 + OrderChecker.mailbox_size
+
+    def send_late_answers() -> None:
+        for _ in range(holds + 1000):
             node._send_frame(link, checker, b"late answer")
             if node.dead_letters.by_reason():
                 return
 
     sender = threading.Thread(target=send_late_answers, daemon=True)
     sender.start()
-    sender.join(10)
+    sender.join(60)
     assert not sender.is_alive(), "the send waited on a mailbox that no longer exists"
     assert any("stopped while a frame waited" in reason
                for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()

@@ -112,8 +112,10 @@ def test_a_stopping_node_asks_the_new_controller_when_the_one_it_asked_dies(
     done = log_lines(stopping, "controlled shutdown done after")
     assert done, stopping.log()[-3000:]
     # the session of the dead controller expires after 4 s; the rest is the new
-    # controller's election and the move, well within 40 s even on a loaded machine
-    assert took_s < 40, (took_s, stopping.log()[-3000:])
+    # controller's election, one retry backoff and the move: well under the 90 s of
+    # request.timeout.ms this checks it does not wait out, even on a loaded machine (26 s
+    # seen beside a CPU burner)
+    assert took_s < 75, (took_s, stopping.log()[-3000:])
 
 
 def test_a_node_that_led_stops_without_waiting_for_its_followers_fetches_to_end(

@@ -334,6 +334,17 @@ def all_served(loaded: Loaded, groups: list[str]) -> None:
         assert loaded.fetch(g) == (0, {0: (i, 0)})
 
 
+def read_anew_whole(loaded: Loaded, partly: int) -> None:
+    """The groups of ``partly`` restored already are gone at once; let go, the
+    coordinator reads that partition again (last) and serves every group of GROUPS."""
+    assert not [g for g in loaded.stats()["groups"] if partition_for(g, PARTITIONS) == partly]
+    loaded.actor().hold_after = None
+    wait_for(lambda: loaded.stats()["phase"] == "cluster"
+             and loaded.stats()["loaded_partitions"] == list(range(PARTITIONS)), "the reload")
+    assert loaded.shard().read_orders[-1] == [partly]
+    all_served(loaded, GROUPS)
+
+
 @pytest.fixture
 def sliced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(group_coordinator, "LOAD_SLICE_RECORDS", 3)
@@ -353,12 +364,7 @@ def test_a_resign_then_election_at_the_same_epoch_mid_restore_loads_it_anew_whol
     manual_node.tell(loaded.coordinator, CoordinatorPartitions([], [partly], PARTITIONS))
     manual_node.tell(loaded.coordinator, CoordinatorPartitions(
         [CoordinatorPartitionRow(partly, 1)], [], PARTITIONS))
-    assert not [g for g in loaded.stats()["groups"] if partition_for(g, PARTITIONS) == partly]
-    loaded.actor().hold_after = None
-    wait_for(lambda: loaded.stats()["phase"] == "cluster"
-             and loaded.stats()["loaded_partitions"] == list(range(PARTITIONS)), "the reload")
-    assert loaded.shard().read_orders[-1] == [partly]
-    all_served(loaded, GROUPS)
+    read_anew_whole(loaded, partly)
 
 
 @pytest.mark.usefixtures("sliced")
@@ -371,12 +377,7 @@ def test_a_new_epoch_mid_restore_unloads_what_was_restored_and_loads_it_anew(
     partly = restore_in_cluster(loaded, manual_node, GROUPS)
     manual_node.tell(loaded.coordinator, CoordinatorPartitions(
         [CoordinatorPartitionRow(partly, 2)], [], PARTITIONS))
-    assert not [g for g in loaded.stats()["groups"] if partition_for(g, PARTITIONS) == partly]
-    loaded.actor().hold_after = None
-    wait_for(lambda: loaded.stats()["phase"] == "cluster"
-             and loaded.stats()["loaded_partitions"] == list(range(PARTITIONS)), "the reload")
-    assert loaded.shard().read_orders[-1] == [partly]
-    all_served(loaded, GROUPS)
+    read_anew_whole(loaded, partly)
 
 
 @pytest.mark.usefixtures("sliced")

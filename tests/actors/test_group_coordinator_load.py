@@ -30,22 +30,21 @@ from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
-from tests.actors.test_group_coordinator_lost_appends import Probe
-from tests.fixtures.coordinator_node import ExistingTopicController, spawn_log_side
+from tests.actors.test_group_coordinator_lost_appends import Probe, RecreatingController
+from tests.fixtures.coordinator_node import (
+    ExistingTopicController,
+    LoadedCoordinator,
+    spawn_log_side,
+)
 from tests.fixtures.waiting import wait_for
 from wire.admin_messages import DeleteGroups, DeleteGroupsDone
 from wire.broker_messages import (
-    CreateTopicDoneRow,
     CreateTopics,
-    CreateTopicsDone,
     DropPartitions,
     GetStats,
-    OpenPartitionRow,
-    OpenPartitions,
     Read,
     ReadDone,
     ReadDoneRow,
-    ShardDone,
     TopicDeletions,
     TopicPartition,
     TopicsDeleted,
@@ -117,7 +116,7 @@ class WideProbe(Probe):
         self.answers.append(msg)
 
 
-class Loaded:
+class Loaded(LoadedCoordinator):
     """The coordinator on a real shard, to restart and load again."""
 
     def __init__(self, node: Node, tmp_path: Path,
@@ -157,22 +156,6 @@ class Loaded:
     def shard(self) -> RecordingShard:
         found = self.node.actors[self.topo.shard(0).name]
         assert isinstance(found, RecordingShard)
-        return found
-
-    def stats(self) -> dict[str, Any]:
-        found: dict[str, Any] = self.node.ask(Address(self.node.name, self.name), GetStats())
-        return found
-
-    def ask(self, make: Any) -> list[Any]:
-        self.req += 1
-        req = self.req
-        self.node.tell(self.coordinator, make(req), sender="probe")
-
-        def find() -> list[Any] | None:
-            got = [a for a in self.node.ask(Address(self.node.name, "probe"), GetStats())
-                   if a[0] == req]
-            return got[0] if got else None
-        found: list[Any] = wait_for(find, f"the answer to request {req}")
         return found
 
     def commit(self, group: str, offsets: dict[int, int], metadata: str = "") -> None:
@@ -497,34 +480,23 @@ def test_a_partition_resigned_while_loading_is_no_longer_read(
             assert loaded.fetch(g) == (0, {0: (i, 0)})
 
 
-class RemakingController(ExistingTopicController):
+class RemakingController(RecreatingController):
     """Says the topic exists; once ``deleted`` is set, drops the first CreateTopics (lost:
     the coordinator asks again after CREATE_WAIT_MS) and has the shard make the partitions
     again on the next, answered created."""
 
+    partitions = PARTITIONS
+
     def setup(self) -> None:
-        self.deleted = False
+        super().setup()
         self.creates_dropped = 0
-        self.topo = Topology.from_config(self.node.name, Config({
-            "offsets.topic.num.partitions": PARTITIONS, "num.partition.shards": 1}))
 
     @handles(CreateTopics)
     def on_create(self, msg: CreateTopics) -> None:
-        if not self.deleted:
-            super().on_create(msg)
-            return
-        if not self.creates_dropped:
+        if self.deleted and not self.creates_dropped:
             self.creates_dropped += 1
             return
-        self.deleted = False
-        self.tell(self.topo.shard(0), OpenPartitions(-1, [
-            OpenPartitionRow(OFFSETS_TOPIC, p, {}) for p in range(PARTITIONS)]))
-        self.reply(CreateTopicsDone(msg.req_id, [
-            CreateTopicDoneRow(r.name, 0, None, PARTITIONS, 1) for r in msg.rows]))
-
-    @handles(ShardDone)
-    def on_shard_done(self, msg: ShardDone) -> None:
-        assert not msg.failed, msg
+        super().on_create(msg)
 
 
 @pytest.mark.usefixtures("sliced")

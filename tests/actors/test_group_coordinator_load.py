@@ -538,6 +538,16 @@ def test_the_offsets_topic_deleted_mid_restore_starts_over_and_serves(
     assert loaded.fetch(GROUPS[0]) == (0, {0: (99, 0)})
 
 
+def committed_t_and_u(loaded: Loaded, node: Node) -> Loaded:
+    """Each group of GROUPS (the i-th) committed t-0 at i and u-0 at 500 + i."""
+    committed(loaded, node, GROUPS)
+    for i, g in enumerate(GROUPS):
+        answer = loaded.ask(lambda rid, g=g, i=i: OffsetCommit(
+            rid, g, -1, "", None, [OffsetCommitRow("u", 0, 500 + i, -1, "")]))
+        assert all(row[2] == 0 for row in answer[1]), answer
+    return loaded
+
+
 @pytest.mark.usefixtures("sliced")
 def test_a_topic_deleted_mid_restore_loses_its_offsets_in_the_groups_restored_after(
         manual_node: Node, tmp_path: Path) -> None:
@@ -545,11 +555,7 @@ def test_a_topic_deleted_mid_restore_loses_its_offsets_in_the_groups_restored_af
     lose t's offsets at once, those restored after at the restore's end (fails without:
     they had them back), each with tombstones, so a restart finds none; "u" stays."""
     node = manual_node
-    loaded = committed(Loaded(node, tmp_path), node, GROUPS)  # t-0 at i
-    for i, g in enumerate(GROUPS):
-        answer = loaded.ask(lambda rid, g=g, i=i: OffsetCommit(
-            rid, g, -1, "", None, [OffsetCommitRow("u", 0, 500 + i, -1, "")]))
-        assert all(row[2] == 0 for row in answer[1]), answer
+    loaded = committed_t_and_u(Loaded(node, tmp_path), node)
     sort_turns = -(-2 * len(GROUPS) // 3)  # two latest records a group
     loaded.restart(hold_after=sort_turns + 1)
     wait_for(lambda: loaded.actor().slices_done == sort_turns + 1
@@ -600,11 +606,7 @@ def test_a_deletion_completed_mid_restore_in_a_cluster_reaches_the_groups_restor
     restored: every group restored, before or after it, loses the topic's offsets (fails
     without: those restored after had them back, the completion marked applied)."""
     node = manual_node
-    loaded = committed(Loaded(node, tmp_path), node, GROUPS)  # t-0 at i
-    for i, g in enumerate(GROUPS):
-        answer = loaded.ask(lambda rid, g=g, i=i: OffsetCommit(
-            rid, g, -1, "", None, [OffsetCommitRow("u", 0, 500 + i, -1, "")]))
-        assert all(row[2] == 0 for row in answer[1]), answer
+    loaded = committed_t_and_u(Loaded(node, tmp_path), node)
     node.stop_actor(loaded.name)
     node.spawn(HeldCoordinator, loaded.name, topology=loaded.topo, config=loaded.config,
                clock=node.clock, wait_for_handlers=False, cluster=True)

@@ -189,13 +189,20 @@ def probe_answers(node: Node) -> list[Any]:
     return result
 
 
-def commit_ended(node: Node, coordinator: Address, timeout_ms: int) -> int:
-    """The load, then producer "app" adds partition t-0 and ends its transaction with a
-    commit (answered once PrepareCommit is written); its epoch."""
+def first_ask_loads(node: Node, coordinator: Address, timeout_ms: int,
+                    wait_s: float = 10) -> None:
+    """Producer "app"'s first InitTxnProducer (request 1) has the coordinator load its
+    topic; until the load is done."""
     node.tell(coordinator, InitTxnProducer(1, "app", timeout_ms, -1, -1), sender="probe")
     node.quiesce()
     wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-             timeout=10)
+             timeout=wait_s)
+
+
+def commit_ended(node: Node, coordinator: Address, timeout_ms: int) -> int:
+    """The load, then producer "app" adds partition t-0 and ends its transaction with a
+    commit (answered once PrepareCommit is written); its epoch."""
+    first_ask_loads(node, coordinator, timeout_ms)
     node.tell(coordinator, InitTxnProducer(2, "app", timeout_ms, -1, -1), sender="probe")
     node.quiesce()
     _rid, error, producer_id, epoch = probe_answers(node)[1]
@@ -346,10 +353,7 @@ def test_a_loads_read_asks_a_megabyte_over_all_its_partitions(manual_node: Node)
     # the Read's max_bytes over all its partitions, save one batch (Kafka's semantics).
     node = manual_node
     topo, _config, coordinator = start(node, RecordingShard)
-    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
-    node.quiesce()
-    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-             timeout=10)
+    first_ask_loads(node, coordinator, 5000)
     reads = node.ask(topo.shard(0), GetStats())["reads"]
     assert sorted(p for _budget, parts in reads for p in parts) == [0, 1, 2, 3]
     assert all(budget == LOAD_READ_MAX_BYTES for budget, _parts in reads), reads
@@ -385,10 +389,7 @@ def test_a_tick_aborts_many_timed_out_transactions_a_slice_a_poll(manual_node: N
     the call that handles the tick."""
     node = manual_node
     topo, _config, coordinator = start(node, ManyOngoingShard)
-    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
-    node.quiesce()
-    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-             timeout=30)
+    first_ask_loads(node, coordinator, 5000, wait_s=30)
     assert set(node.ask(coordinator, GetStats())["transactions"].values()) == {"Ongoing"}
     node.advance_clock(2 * TICK_MS)
 
@@ -419,10 +420,7 @@ def test_the_abort_sweep_goes_on_in_a_shared_loop_with_no_message_to_wake_it(
     monkeypatch.setattr(transaction_coordinator, "TICK_SLICE_IDS", 8)
     node = manual_node
     topo, _config, coordinator = start(node, FewOngoingShard, in_shard_loop=True)
-    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
-    node.quiesce()
-    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-             timeout=30)
+    first_ask_loads(node, coordinator, 5000, wait_s=30)
     assert set(node.ask(coordinator, GetStats())["transactions"].values()) == {"Ongoing"}
     assert len(node.ask(coordinator, GetStats())["transactions"]) == FewOngoingShard.count
 

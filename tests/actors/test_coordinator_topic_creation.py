@@ -193,13 +193,9 @@ class SilentController(Actor):
         return list(self.asked)
 
 
-@pytest.mark.parametrize("kind", ["group", "transaction"])
-def test_a_late_answer_to_an_earlier_ask_is_not_taken_for_the_current_one(
-        manual_node: Node, kind: str) -> None:
-    """The first ask's answer comes after the coordinator gave up on it and asked again:
-    an error (the Controller's give-up on it, say) does not send the coordinator to retry
-    the ask still in flight; a success does stand for it (the topic is there: the current
-    ask, if lost too, need not be waited for). Each ignored answer is counted."""
+def _silent_start(manual_node: Node, kind: str) -> tuple[Address, Address, str]:
+    """A coordinator of ``kind`` asking a SilentController for its log topic: (the
+    Controller, the coordinator, the topic)."""
     config = Config({"offsets.topic.num.partitions": 2,
                      "transaction.state.log.num.partitions": 2,
                      "num.group.coordinators": 1, "num.partition.shards": 1,
@@ -210,17 +206,37 @@ def test_a_late_answer_to_an_earlier_ask_is_not_taken_for_the_current_one(
         coordinator = manual_node.spawn(GroupCoordinator, topo.coordinator(0).name,
                                         topology=topo, config=config,
                                         clock=manual_node.clock, wait_for_handlers=False)
-        topic = OFFSETS_TOPIC
-    else:
-        coordinator = txn_coordinator_for(
-            topo, int(config["transaction.state.log.num.partitions"]), "app")
-        manual_node.spawn(TransactionCoordinator, coordinator.name, topology=topo,
-                          config=config, index=0, clock=manual_node.clock, topic_exists=True)
-        topic = TRANSACTION_STATE_TOPIC
+        return controller, coordinator, OFFSETS_TOPIC
+    coordinator = txn_coordinator_for(
+        topo, int(config["transaction.state.log.num.partitions"]), "app")
+    manual_node.spawn(TransactionCoordinator, coordinator.name, topology=topo,
+                      config=config, index=0, clock=manual_node.clock, topic_exists=True)
+    return controller, coordinator, TRANSACTION_STATE_TOPIC
+
+
+def _asked(manual_node: Node, controller: Address, count: int) -> list[int]:
+    return list(wait_for(lambda: (lambda a: a if len(a) >= count else None)(
+        manual_node.ask(controller, GetStats())), f"{count} CreateTopics"))
+
+
+def _answer(manual_node: Node, controller: Address, coordinator: Address, req_id: int,
+            topic: str, code: ErrorCode, message: str | None) -> None:
+    ok = code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
+    manual_node.tell(coordinator, CreateTopicsDone(req_id, [CreateTopicDoneRow(
+        topic, int(code), message, 2 if ok else -1, 1 if ok else -1)]), sender=controller.name)
+
+
+@pytest.mark.parametrize("kind", ["group", "transaction"])
+def test_a_late_answer_to_an_earlier_ask_is_not_taken_for_the_current_one(
+        manual_node: Node, kind: str) -> None:
+    """The first ask's answer comes after the coordinator gave up on it and asked again:
+    an error (the Controller's give-up on it, say) does not send the coordinator to retry
+    the ask still in flight; a success does stand for it (the topic is there: the current
+    ask, if lost too, need not be waited for). Each ignored answer is counted."""
+    controller, coordinator, topic = _silent_start(manual_node, kind)
 
     def asked(count: int) -> list[int]:
-        return list(wait_for(lambda: (lambda a: a if len(a) >= count else None)(
-            manual_node.ask(controller, GetStats())), f"{count} CreateTopics"))
+        return _asked(manual_node, controller, count)
 
     def stats() -> dict[str, Any]:
         found: dict[str, Any] = manual_node.ask(coordinator, GetStats())
@@ -262,71 +278,20 @@ def test_a_refused_name_is_no_success_and_is_asked_for_again_seldom(
     The coordinator loads
     nothing (the topic does not exist) and asks again only after REFUSED_RETRY_MS, not at
     its passing-failure pace."""
-    config = Config({"offsets.topic.num.partitions": 2,
-                     "transaction.state.log.num.partitions": 2,
-                     "num.group.coordinators": 1, "num.partition.shards": 1,
-                     "num.io.threads": 1})
-    topo = Topology.from_config(manual_node.name, config)
-    controller = manual_node.spawn(SilentController, topo.controller.name)
-    if kind == "group":
-        coordinator = manual_node.spawn(GroupCoordinator, topo.coordinator(0).name,
-                                        topology=topo, config=config,
-                                        clock=manual_node.clock, wait_for_handlers=False)
-        topic = OFFSETS_TOPIC
-    else:
-        coordinator = txn_coordinator_for(
-            topo, int(config["transaction.state.log.num.partitions"]), "app")
-        manual_node.spawn(TransactionCoordinator, coordinator.name, topology=topo,
-                          config=config, index=0, clock=manual_node.clock, topic_exists=True)
-        topic = TRANSACTION_STATE_TOPIC
+    controller, coordinator, topic = _silent_start(manual_node, kind)
 
     def asked(count: int) -> list[int]:
-        return list(wait_for(lambda: (lambda a: a if len(a) >= count else None)(
-            manual_node.ask(controller, GetStats())), f"{count} CreateTopics"))
+        return _asked(manual_node, controller, count)
 
     [first] = asked(1)
-    manual_node.tell(coordinator, CreateTopicsDone(first, [CreateTopicDoneRow(
-        topic, int(ErrorCode.INVALID_TOPIC_EXCEPTION), "removed from ZooKeeper by hand",
-        -1, -1)]), sender=controller.name)
+    _answer(manual_node, controller, coordinator, first, topic,
+            ErrorCode.INVALID_TOPIC_EXCEPTION, "removed from ZooKeeper by hand")
     found: dict[str, Any] = manual_node.ask(coordinator, GetStats())
     assert found["phase"] == "create-retry", "a refusal taken for the topic"
     manual_node.advance_clock(REFUSED_RETRY_MS - 1)
     assert manual_node.ask(controller, GetStats()) == [first], "asked again at once"
     manual_node.advance_clock(1)
     assert len(asked(2)) == 2
-
-
-def _silent_start(manual_node: Node, kind: str) -> tuple[Address, Address, str]:
-    """A coordinator of ``kind`` asking a SilentController for its log topic: (the
-    Controller, the coordinator, the topic)."""
-    config = Config({"offsets.topic.num.partitions": 2,
-                     "transaction.state.log.num.partitions": 2,
-                     "num.group.coordinators": 1, "num.partition.shards": 1,
-                     "num.io.threads": 1})
-    topo = Topology.from_config(manual_node.name, config)
-    controller = manual_node.spawn(SilentController, topo.controller.name)
-    if kind == "group":
-        coordinator = manual_node.spawn(GroupCoordinator, topo.coordinator(0).name,
-                                        topology=topo, config=config,
-                                        clock=manual_node.clock, wait_for_handlers=False)
-        return controller, coordinator, OFFSETS_TOPIC
-    coordinator = txn_coordinator_for(
-        topo, int(config["transaction.state.log.num.partitions"]), "app")
-    manual_node.spawn(TransactionCoordinator, coordinator.name, topology=topo,
-                      config=config, index=0, clock=manual_node.clock, topic_exists=True)
-    return controller, coordinator, TRANSACTION_STATE_TOPIC
-
-
-def _asked(manual_node: Node, controller: Address, count: int) -> list[int]:
-    return list(wait_for(lambda: (lambda a: a if len(a) >= count else None)(
-        manual_node.ask(controller, GetStats())), f"{count} CreateTopics"))
-
-
-def _answer(manual_node: Node, controller: Address, coordinator: Address, req_id: int,
-            topic: str, code: ErrorCode, message: str | None) -> None:
-    ok = code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
-    manual_node.tell(coordinator, CreateTopicsDone(req_id, [CreateTopicDoneRow(
-        topic, int(code), message, 2 if ok else -1, 1 if ok else -1)]), sender=controller.name)
 
 
 @pytest.mark.parametrize("code", [ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER,

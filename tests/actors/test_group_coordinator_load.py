@@ -30,22 +30,21 @@ from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
-from tests.actors.test_group_coordinator_lost_appends import Probe
-from tests.fixtures.coordinator_node import ExistingTopicController, spawn_log_side
+from tests.actors.test_group_coordinator_lost_appends import Probe, RecreatingController
+from tests.fixtures.coordinator_node import (
+    ExistingTopicController,
+    LoadedCoordinator,
+    spawn_log_side,
+)
 from tests.fixtures.waiting import wait_for
 from wire.admin_messages import DeleteGroups, DeleteGroupsDone
 from wire.broker_messages import (
-    CreateTopicDoneRow,
     CreateTopics,
-    CreateTopicsDone,
     DropPartitions,
     GetStats,
-    OpenPartitionRow,
-    OpenPartitions,
     Read,
     ReadDone,
     ReadDoneRow,
-    ShardDone,
     TopicDeletions,
     TopicPartition,
     TopicsDeleted,
@@ -117,7 +116,7 @@ class WideProbe(Probe):
         self.answers.append(msg)
 
 
-class Loaded:
+class Loaded(LoadedCoordinator):
     """The coordinator on a real shard, to restart and load again."""
 
     def __init__(self, node: Node, tmp_path: Path,
@@ -157,22 +156,6 @@ class Loaded:
     def shard(self) -> RecordingShard:
         found = self.node.actors[self.topo.shard(0).name]
         assert isinstance(found, RecordingShard)
-        return found
-
-    def stats(self) -> dict[str, Any]:
-        found: dict[str, Any] = self.node.ask(Address(self.node.name, self.name), GetStats())
-        return found
-
-    def ask(self, make: Any) -> list[Any]:
-        self.req += 1
-        req = self.req
-        self.node.tell(self.coordinator, make(req), sender="probe")
-
-        def find() -> list[Any] | None:
-            got = [a for a in self.node.ask(Address(self.node.name, "probe"), GetStats())
-                   if a[0] == req]
-            return got[0] if got else None
-        found: list[Any] = wait_for(find, f"the answer to request {req}")
         return found
 
     def commit(self, group: str, offsets: dict[int, int], metadata: str = "") -> None:
@@ -334,6 +317,17 @@ def all_served(loaded: Loaded, groups: list[str]) -> None:
         assert loaded.fetch(g) == (0, {0: (i, 0)})
 
 
+def read_anew_whole(loaded: Loaded, partly: int) -> None:
+    """The groups of ``partly`` restored already are gone at once; let go, the
+    coordinator reads that partition again (last) and serves every group of GROUPS."""
+    assert not [g for g in loaded.stats()["groups"] if partition_for(g, PARTITIONS) == partly]
+    loaded.actor().hold_after = None
+    wait_for(lambda: loaded.stats()["phase"] == "cluster"
+             and loaded.stats()["loaded_partitions"] == list(range(PARTITIONS)), "the reload")
+    assert loaded.shard().read_orders[-1] == [partly]
+    all_served(loaded, GROUPS)
+
+
 @pytest.fixture
 def sliced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(group_coordinator, "LOAD_SLICE_RECORDS", 3)
@@ -353,12 +347,7 @@ def test_a_resign_then_election_at_the_same_epoch_mid_restore_loads_it_anew_whol
     manual_node.tell(loaded.coordinator, CoordinatorPartitions([], [partly], PARTITIONS))
     manual_node.tell(loaded.coordinator, CoordinatorPartitions(
         [CoordinatorPartitionRow(partly, 1)], [], PARTITIONS))
-    assert not [g for g in loaded.stats()["groups"] if partition_for(g, PARTITIONS) == partly]
-    loaded.actor().hold_after = None
-    wait_for(lambda: loaded.stats()["phase"] == "cluster"
-             and loaded.stats()["loaded_partitions"] == list(range(PARTITIONS)), "the reload")
-    assert loaded.shard().read_orders[-1] == [partly]
-    all_served(loaded, GROUPS)
+    read_anew_whole(loaded, partly)
 
 
 @pytest.mark.usefixtures("sliced")
@@ -371,12 +360,7 @@ def test_a_new_epoch_mid_restore_unloads_what_was_restored_and_loads_it_anew(
     partly = restore_in_cluster(loaded, manual_node, GROUPS)
     manual_node.tell(loaded.coordinator, CoordinatorPartitions(
         [CoordinatorPartitionRow(partly, 2)], [], PARTITIONS))
-    assert not [g for g in loaded.stats()["groups"] if partition_for(g, PARTITIONS) == partly]
-    loaded.actor().hold_after = None
-    wait_for(lambda: loaded.stats()["phase"] == "cluster"
-             and loaded.stats()["loaded_partitions"] == list(range(PARTITIONS)), "the reload")
-    assert loaded.shard().read_orders[-1] == [partly]
-    all_served(loaded, GROUPS)
+    read_anew_whole(loaded, partly)
 
 
 @pytest.mark.usefixtures("sliced")
@@ -496,34 +480,23 @@ def test_a_partition_resigned_while_loading_is_no_longer_read(
             assert loaded.fetch(g) == (0, {0: (i, 0)})
 
 
-class RemakingController(ExistingTopicController):
+class RemakingController(RecreatingController):
     """Says the topic exists; once ``deleted`` is set, drops the first CreateTopics (lost:
     the coordinator asks again after CREATE_WAIT_MS) and has the shard make the partitions
     again on the next, answered created."""
 
+    partitions = PARTITIONS
+
     def setup(self) -> None:
-        self.deleted = False
+        super().setup()
         self.creates_dropped = 0
-        self.topo = Topology.from_config(self.node.name, Config({
-            "offsets.topic.num.partitions": PARTITIONS, "num.partition.shards": 1}))
 
     @handles(CreateTopics)
     def on_create(self, msg: CreateTopics) -> None:
-        if not self.deleted:
-            super().on_create(msg)
-            return
-        if not self.creates_dropped:
+        if self.deleted and not self.creates_dropped:
             self.creates_dropped += 1
             return
-        self.deleted = False
-        self.tell(self.topo.shard(0), OpenPartitions(-1, [
-            OpenPartitionRow(OFFSETS_TOPIC, p, {}) for p in range(PARTITIONS)]))
-        self.reply(CreateTopicsDone(msg.req_id, [
-            CreateTopicDoneRow(r.name, 0, None, PARTITIONS, 1) for r in msg.rows]))
-
-    @handles(ShardDone)
-    def on_shard_done(self, msg: ShardDone) -> None:
-        assert not msg.failed, msg
+        super().on_create(msg)
 
 
 @pytest.mark.usefixtures("sliced")
@@ -565,6 +538,16 @@ def test_the_offsets_topic_deleted_mid_restore_starts_over_and_serves(
     assert loaded.fetch(GROUPS[0]) == (0, {0: (99, 0)})
 
 
+def committed_t_and_u(loaded: Loaded, node: Node) -> Loaded:
+    """Each group of GROUPS (the i-th) committed t-0 at i and u-0 at 500 + i."""
+    committed(loaded, node, GROUPS)
+    for i, g in enumerate(GROUPS):
+        answer = loaded.ask(lambda rid, g=g, i=i: OffsetCommit(
+            rid, g, -1, "", None, [OffsetCommitRow("u", 0, 500 + i, -1, "")]))
+        assert all(row[2] == 0 for row in answer[1]), answer
+    return loaded
+
+
 @pytest.mark.usefixtures("sliced")
 def test_a_topic_deleted_mid_restore_loses_its_offsets_in_the_groups_restored_after(
         manual_node: Node, tmp_path: Path) -> None:
@@ -572,11 +555,7 @@ def test_a_topic_deleted_mid_restore_loses_its_offsets_in_the_groups_restored_af
     lose t's offsets at once, those restored after at the restore's end (fails without:
     they had them back), each with tombstones, so a restart finds none; "u" stays."""
     node = manual_node
-    loaded = committed(Loaded(node, tmp_path), node, GROUPS)  # t-0 at i
-    for i, g in enumerate(GROUPS):
-        answer = loaded.ask(lambda rid, g=g, i=i: OffsetCommit(
-            rid, g, -1, "", None, [OffsetCommitRow("u", 0, 500 + i, -1, "")]))
-        assert all(row[2] == 0 for row in answer[1]), answer
+    loaded = committed_t_and_u(Loaded(node, tmp_path), node)
     sort_turns = -(-2 * len(GROUPS) // 3)  # two latest records a group
     loaded.restart(hold_after=sort_turns + 1)
     wait_for(lambda: loaded.actor().slices_done == sort_turns + 1
@@ -627,11 +606,7 @@ def test_a_deletion_completed_mid_restore_in_a_cluster_reaches_the_groups_restor
     restored: every group restored, before or after it, loses the topic's offsets (fails
     without: those restored after had them back, the completion marked applied)."""
     node = manual_node
-    loaded = committed(Loaded(node, tmp_path), node, GROUPS)  # t-0 at i
-    for i, g in enumerate(GROUPS):
-        answer = loaded.ask(lambda rid, g=g, i=i: OffsetCommit(
-            rid, g, -1, "", None, [OffsetCommitRow("u", 0, 500 + i, -1, "")]))
-        assert all(row[2] == 0 for row in answer[1]), answer
+    loaded = committed_t_and_u(Loaded(node, tmp_path), node)
     node.stop_actor(loaded.name)
     node.spawn(HeldCoordinator, loaded.name, topology=loaded.topo, config=loaded.config,
                clock=node.clock, wait_for_handlers=False, cluster=True)

@@ -109,10 +109,12 @@ class RecreatingController(ExistingTopicController):
     CreateTopics has the shard make its partitions again (before the answer, so the
     coordinator's reads find them) and is answered created."""
 
+    partitions = NUM_PARTITIONS
+
     def setup(self) -> None:
         self.deleted = False
         self.topo = Topology.from_config(self.node.name, Config({
-            "offsets.topic.num.partitions": NUM_PARTITIONS, "num.partition.shards": 1}))
+            "offsets.topic.num.partitions": self.partitions, "num.partition.shards": 1}))
 
     @handles(CreateTopics)
     def on_create(self, msg: CreateTopics) -> None:
@@ -121,9 +123,9 @@ class RecreatingController(ExistingTopicController):
             return
         self.deleted = False
         self.tell(self.topo.shard(0), OpenPartitions(-1, [
-            OpenPartitionRow(OFFSETS_TOPIC, p, {}) for p in range(NUM_PARTITIONS)]))
+            OpenPartitionRow(OFFSETS_TOPIC, p, {}) for p in range(self.partitions)]))
         self.reply(CreateTopicsDone(msg.req_id, [
-            CreateTopicDoneRow(r.name, 0, None, NUM_PARTITIONS, 1) for r in msg.rows]))
+            CreateTopicDoneRow(r.name, 0, None, self.partitions, 1) for r in msg.rows]))
 
     @handles(ShardDone)
     def on_shard_done(self, msg: ShardDone) -> None:

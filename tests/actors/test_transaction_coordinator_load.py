@@ -32,9 +32,12 @@ from actors.transaction_coordinator import (
     txn_coordinator_name,
 )
 from tests.actors.test_transaction_coordinator_shell import Probe
-from tests.fixtures.coordinator_node import ExistingTopicController, spawn_log_side
+from tests.fixtures.coordinator_node import (
+    ExistingTopicController,
+    LoadedCoordinator,
+    spawn_log_side,
+)
 from tests.fixtures.waiting import wait_for
-from wire.broker_messages import GetStats
 from wire.transaction_messages import (
     AddPartitionsToTxn,
     InitTxnProducer,
@@ -47,7 +50,7 @@ PARTITIONS = 8
 TOPICS = 14_000  # one partition each: an Ongoing record of about 650 KB
 
 
-class Loaded:
+class Loaded(LoadedCoordinator):
     """The coordinator on a real shard, to restart and load again."""
 
     def __init__(self, node: Node, tmp_path: Path,
@@ -90,22 +93,6 @@ class Loaded:
         """A new coordinator reads it all again."""
         self.node.stop_actor(self.name)
         self.coordinator = self.spawn_coordinator(wait)
-
-    def stats(self) -> dict[str, Any]:
-        found: dict[str, Any] = self.node.ask(Address(self.node.name, self.name), GetStats())
-        return found
-
-    def ask(self, make: Any) -> list[Any]:
-        self.req += 1
-        req = self.req
-        self.node.tell(self.coordinator, make(req), sender="probe")
-
-        def find() -> list[Any] | None:
-            got = [a for a in self.node.ask(Address(self.node.name, "probe"), GetStats())
-                   if a[0] == req]
-            return got[0] if got else None
-        found: list[Any] = wait_for(find, f"the answer to request {req}")
-        return found
 
     def init(self, txn_id: str) -> tuple[int, int]:
         _req, error, producer_id, epoch = self.ask(

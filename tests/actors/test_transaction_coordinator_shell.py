@@ -189,6 +189,33 @@ def probe_answers(node: Node) -> list[Any]:
     return result
 
 
+def first_ask_loads(node: Node, coordinator: Address, timeout_ms: int,
+                    wait_s: float = 10) -> None:
+    """Producer "app"'s first InitTxnProducer (request 1) has the coordinator load its
+    topic; until the load is done."""
+    node.tell(coordinator, InitTxnProducer(1, "app", timeout_ms, -1, -1), sender="probe")
+    node.quiesce()
+    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
+             timeout=wait_s)
+
+
+def commit_ended(node: Node, coordinator: Address, timeout_ms: int) -> int:
+    """The load, then producer "app" adds partition t-0 and ends its transaction with a
+    commit (answered once PrepareCommit is written); its epoch."""
+    first_ask_loads(node, coordinator, timeout_ms)
+    node.tell(coordinator, InitTxnProducer(2, "app", timeout_ms, -1, -1), sender="probe")
+    node.quiesce()
+    _rid, error, producer_id, epoch = probe_answers(node)[1]
+    assert error == 0
+    node.tell(coordinator, AddPartitionsToTxn(3, "app", producer_id, epoch,
+                                              [TxnTopicPartition("t", 0)]), sender="probe")
+    node.quiesce()
+    node.tell(coordinator, EndTxn(4, "app", producer_id, epoch, True), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[3] == [4, 0]  # answered once PrepareCommit is written
+    return int(epoch)
+
+
 def test_a_timed_out_transaction_is_aborted_on_the_timer_tick(manual_node: Node) -> None:
     node = manual_node
     topo, _config, coordinator = start(node)
@@ -233,20 +260,7 @@ def test_an_unanswered_marker_request_is_sent_again(manual_node: Node) -> None:
     MARKER_TIMEOUT_MS, then the markers go again and the transaction completes."""
     node = manual_node
     topo, _config, coordinator = start(node, DroppingShard)
-    node.tell(coordinator, InitTxnProducer(1, "app", 60000, -1, -1), sender="probe")
-    node.quiesce()
-    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-             timeout=10)
-    node.tell(coordinator, InitTxnProducer(2, "app", 60000, -1, -1), sender="probe")
-    node.quiesce()
-    _rid, error, producer_id, epoch = probe_answers(node)[1]
-    assert error == 0
-    node.tell(coordinator, AddPartitionsToTxn(3, "app", producer_id, epoch,
-                                              [TxnTopicPartition("t", 0)]), sender="probe")
-    node.quiesce()
-    node.tell(coordinator, EndTxn(4, "app", producer_id, epoch, True), sender="probe")
-    node.quiesce()
-    assert probe_answers(node)[3] == [4, 0]  # answered once PrepareCommit is written
+    epoch = commit_ended(node, coordinator, 60000)
     shard = topo.shard(0)
     assert node.ask(shard, GetStats()) == {
         "values": ["Empty", "Ongoing", "PrepareCommit"], "markers": []}
@@ -266,20 +280,7 @@ def test_a_marker_request_is_sent_again_at_its_deadline_with_no_message_between(
     again exactly at MARKER_TIMEOUT_MS, not before."""
     node = manual_node
     topo, _config, coordinator = start(node, DroppingShard, tick_ms=100 * MARKER_TIMEOUT_MS)
-    node.tell(coordinator, InitTxnProducer(1, "app", 600_000, -1, -1), sender="probe")
-    node.quiesce()
-    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-             timeout=10)
-    node.tell(coordinator, InitTxnProducer(2, "app", 600_000, -1, -1), sender="probe")
-    node.quiesce()
-    _rid, error, producer_id, epoch = probe_answers(node)[1]
-    assert error == 0
-    node.tell(coordinator, AddPartitionsToTxn(3, "app", producer_id, epoch,
-                                              [TxnTopicPartition("t", 0)]), sender="probe")
-    node.quiesce()
-    node.tell(coordinator, EndTxn(4, "app", producer_id, epoch, True), sender="probe")
-    node.quiesce()
-    assert probe_answers(node)[3] == [4, 0]
+    epoch = commit_ended(node, coordinator, 600_000)
     shard = topo.shard(0)
     step = MARKER_TIMEOUT_MS // 5
     for _ in range(4):
@@ -303,20 +304,7 @@ def test_markers_and_completion_refused_for_a_short_isr_are_retried_and_logged_o
     try:
         node = manual_node
         topo, _config, coordinator = start(node, ShortIsrShard)
-        node.tell(coordinator, InitTxnProducer(1, "app", 60000, -1, -1), sender="probe")
-        node.quiesce()
-        wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-                 timeout=10)
-        node.tell(coordinator, InitTxnProducer(2, "app", 60000, -1, -1), sender="probe")
-        node.quiesce()
-        _rid, error, producer_id, epoch = probe_answers(node)[1]
-        assert error == 0
-        node.tell(coordinator, AddPartitionsToTxn(3, "app", producer_id, epoch,
-                                                  [TxnTopicPartition("t", 0)]), sender="probe")
-        node.quiesce()
-        node.tell(coordinator, EndTxn(4, "app", producer_id, epoch, True), sender="probe")
-        node.quiesce()
-        assert probe_answers(node)[3] == [4, 0]
+        epoch = commit_ended(node, coordinator, 60000)
         shard = topo.shard(0)
         for _ in range(3):  # refused, refused, refused
             assert node.ask(shard, GetStats())["markers"] == []
@@ -365,10 +353,7 @@ def test_a_loads_read_asks_a_megabyte_over_all_its_partitions(manual_node: Node)
     # the Read's max_bytes over all its partitions, save one batch (Kafka's semantics).
     node = manual_node
     topo, _config, coordinator = start(node, RecordingShard)
-    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
-    node.quiesce()
-    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-             timeout=10)
+    first_ask_loads(node, coordinator, 5000)
     reads = node.ask(topo.shard(0), GetStats())["reads"]
     assert sorted(p for _budget, parts in reads for p in parts) == [0, 1, 2, 3]
     assert all(budget == LOAD_READ_MAX_BYTES for budget, _parts in reads), reads
@@ -404,10 +389,7 @@ def test_a_tick_aborts_many_timed_out_transactions_a_slice_a_poll(manual_node: N
     the call that handles the tick."""
     node = manual_node
     topo, _config, coordinator = start(node, ManyOngoingShard)
-    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
-    node.quiesce()
-    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-             timeout=30)
+    first_ask_loads(node, coordinator, 5000, wait_s=30)
     assert set(node.ask(coordinator, GetStats())["transactions"].values()) == {"Ongoing"}
     node.advance_clock(2 * TICK_MS)
 
@@ -438,10 +420,7 @@ def test_the_abort_sweep_goes_on_in_a_shared_loop_with_no_message_to_wake_it(
     monkeypatch.setattr(transaction_coordinator, "TICK_SLICE_IDS", 8)
     node = manual_node
     topo, _config, coordinator = start(node, FewOngoingShard, in_shard_loop=True)
-    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
-    node.quiesce()
-    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
-             timeout=30)
+    first_ask_loads(node, coordinator, 5000, wait_s=30)
     assert set(node.ask(coordinator, GetStats())["transactions"].values()) == {"Ongoing"}
     assert len(node.ask(coordinator, GetStats())["transactions"]) == FewOngoingShard.count
 

@@ -320,6 +320,20 @@ class Running:
     def client(self) -> RawClient:
         return RawClient(self.port)
 
+    def assert_placed(self, actor: str, thread_prefix: str) -> None:
+        """``actor`` runs where actor.threads puts it; its threads are named
+        ``thread_prefix``."""
+        coordinator = self.node.actors[actor]
+        own_threads = [t.name for t in self.new_threads if t.name.startswith(thread_prefix)]
+        if self.config["actor.threads"] == "single":
+            # the loop of the shards, handlers and Processors: no thread of its own
+            assert coordinator._owner is self.node.actors["shard-0"]._owner
+            assert coordinator._owner is self.node.actors["handler-0"]._owner
+            assert own_threads == []
+        else:
+            assert coordinator._owner is coordinator
+            assert len(own_threads) == 1
+
 
 @pytest.fixture(scope="module")
 def ipc_base() -> Iterator[str]:

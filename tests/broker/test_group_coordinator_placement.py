@@ -134,18 +134,8 @@ def test_the_group_coordinator_runs_in_the_worker_loop_with_actor_threads_single
         again.close()
     assert sorted((tp.partition, tp.offset) for tp in committed) == [(0, 10), (1, 10)]
 
-    node = running.node
-    coordinator = node.actors["coordinator-0"]
-    assert type(coordinator).__name__ == "GroupCoordinator"
-    own_threads = [t.name for t in running.new_threads if t.name.startswith("GroupCoordinator")]
-    if running.config["actor.threads"] == "single":
-        # the loop of the shards, handlers and Processors: no thread of its own
-        assert coordinator._owner is node.actors["shard-0"]._owner
-        assert coordinator._owner is node.actors["handler-0"]._owner
-        assert own_threads == []
-    else:
-        assert coordinator._owner is coordinator
-        assert len(own_threads) == 1
+    assert type(running.node.actors["coordinator-0"]).__name__ == "GroupCoordinator"
+    running.assert_placed("coordinator-0", "GroupCoordinator")
 
 
 def test_commits_past_a_loads_read_budget_come_back_after_a_restart(tmp_path: Path) -> None:

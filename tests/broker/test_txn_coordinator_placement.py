@@ -64,15 +64,4 @@ def test_the_transaction_coordinator_placement_follows_actor_threads(
     bootstrap = f"127.0.0.1:{running.port}"
     sent = commit_transactions(bootstrap, "placed", 3)
     assert read_committed(bootstrap, "placed", len(sent)) == sent
-    node = running.node
-    coordinator = node.actors["txn-coordinator-0"]
-    own_threads = [t.name for t in running.new_threads
-                   if t.name.startswith("TransactionCoordinator")]
-    if running.config["actor.threads"] == "single":
-        # the loop of the shards, handlers and Processors: no thread of its own
-        assert coordinator._owner is node.actors["shard-0"]._owner
-        assert coordinator._owner is node.actors["handler-0"]._owner
-        assert own_threads == []
-    else:
-        assert coordinator._owner is coordinator
-        assert len(own_threads) == 1
+    running.assert_placed("txn-coordinator-0", "TransactionCoordinator")

@@ -356,6 +356,23 @@ def test_meta_properties_is_written_as_java_writes_it() -> None:
         "cluster.id=cl\\u00FC\\\\ster x\n" "a\\ b\\:c=\\ v\\#\\!\\=\\n\n")
 
 
+def serve_once(argv: list[str]) -> None:
+    """`serve` with ``argv`` starts (says it listens) and a SIGTERM stops it with exit 0."""
+    import signal as signals
+
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        assert "actorlog listening on" in proc.stdout.readline()
+        proc.send_signal(signals.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("signum", [15, 2])
 def test_a_signal_before_the_start_stops_serve_cleanly(tmp_path: Path, signum: int) -> None:
     """SIGTERM/SIGINT while `serve` still reads its settings (here held there: the config
@@ -389,17 +406,7 @@ def test_a_signal_before_the_start_stops_serve_cleanly(tmp_path: Path, signum: i
     # nothing left running from this data dir, and it starts (and stops) after
     fifo.unlink()
     fifo.write_text('"num.processes" = 2\n')
-    again = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-    try:
-        assert again.stdout is not None
-        assert "actorlog listening on" in again.stdout.readline()
-        again.send_signal(signals.SIGTERM)
-        assert again.wait(timeout=60) == 0
-    finally:
-        if again.poll() is None:
-            again.kill()
-            again.wait()
+    serve_once(argv)
 
 
 def test_a_signal_after_a_failed_start_stops_serve(tmp_path: Path) -> None:
@@ -463,17 +470,7 @@ def test_a_signal_while_the_node_starts_is_one_line(tmp_path: Path) -> None:
     config.write_text('"num.processes" = 2\n"offsets.topic.num.partitions" = 1\n')
     argv = [sys.executable, "-m", "actors.cli", "serve", "--listen", "127.0.0.1:0",
             "--data-dir", str(tmp_path / "data"), "--config", str(config)]
-    first = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             text=True)
-    try:
-        assert first.stdout is not None
-        assert "actorlog listening on" in first.stdout.readline()
-        first.send_signal(signals.SIGTERM)
-        assert first.wait(timeout=60) == 0
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
+    serve_once(argv)
     release = tmp_path / "release-ready"
     held = b"holds its start until"
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

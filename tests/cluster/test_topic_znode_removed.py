@@ -10,11 +10,10 @@ remain: the controller refuses a CreateTopics of it, saying why.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from kafka.admin import NewTopic
 from kafka.errors import InvalidTopicError
 
@@ -22,6 +21,7 @@ from actors.metadata import znodes
 from tests.cluster.test_cluster import admin
 from tests.fixtures.cluster import Cluster, wait_for
 from tests.fixtures.cluster_tools import ZooKeeperReader
+from tests.fixtures.consuming import consume_values
 
 FORGOTTEN = "the znodes of topic(s) gone were removed: forgotten"
 
@@ -44,19 +44,9 @@ def _produce(cluster: Cluster, topic: str, values: list[bytes]) -> None:
 
 
 def _consume(cluster: Cluster, topic: str, count: int) -> list[bytes]:
-    got: list[bytes] = []
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"read-{topic}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    deadline = time.monotonic() + 60
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(bytes(msg.value()))
-    finally:
-        consumer.close()
-    return got
+    return consume_values({"bootstrap.servers": cluster.bootstrap, "group.id": f"read-{topic}",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False},
+                          topic, count, 60)
 
 
 def test_a_topic_whose_znodes_are_removed_is_forgotten_and_its_name_refused(

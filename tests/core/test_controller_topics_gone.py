@@ -277,6 +277,23 @@ def test_a_shutdown_whose_only_change_was_the_removed_topics_leaves_it_out() -> 
     forgotten(c, "gone")
 
 
+def answered_past_the_removal(c: Cluster, event: Any, req_id: str) -> Any:
+    """``event`` fed while the store takes no write (its write pending retry), then the
+    store back, "gone" removed by hand and the write retried: "gone" is forgotten; the
+    one answer to ``event``."""
+    ctl = c.controller
+    c.zk.available = False
+    ctl.driver.feed(event)
+    assert ctl.driver.pending_retries == 1
+    c.zk.available = True
+    remove_by_hand(c, "gone")
+    ctl.driver.retry_writes()
+    c.pump()
+    forgotten(c, "gone")
+    [(_, answer)] = [(r, res) for r, res in ctl.replies if r == req_id]
+    return answer
+
+
 def test_an_isr_change_of_two_topics_pending_retry_answers_the_gone_one_unknown() -> None:
     """One AlterPartition for a partition of each topic, one write pending retry: the
     other topic's partition is answered when the retry lands, after the removed topic was
@@ -284,18 +301,9 @@ def test_an_isr_change_of_two_topics_pending_retry_answers_the_gone_one_unknown(
     c = cluster()
     create(c, "gone", {0: (1, 2)})
     create(c, "kept", {0: (1, 3)})
-    ctl = c.controller
     epoch = c.epoch_of(1)
-    c.zk.available = False
-    ctl.driver.feed(AlterPartitionRequest("ap", 1, epoch, (
-        IsrProposal(TP("gone", 0), 0, (1,), 0), IsrProposal(TP("kept", 0), 0, (1,), 0))))
-    assert ctl.driver.pending_retries == 1
-    c.zk.available = True
-    remove_by_hand(c, "gone")
-    ctl.driver.retry_writes()
-    c.pump()
-    forgotten(c, "gone")
-    [(_, answer)] = [(r, res) for r, res in ctl.replies if r == "ap"]
+    answer = answered_past_the_removal(c, AlterPartitionRequest("ap", 1, epoch, (
+        IsrProposal(TP("gone", 0), 0, (1,), 0), IsrProposal(TP("kept", 0), 0, (1,), 0))), "ap")
     assert isinstance(answer, AlterPartitionResult) and answer.error_code == 0
     codes = {p.partition: p.error_code for p in answer.partitions}
     assert codes == {TP("gone", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -309,7 +317,6 @@ def test_an_election_of_every_partition_pending_retry_answers_the_gone_one_unkno
     c = cluster()
     create(c, "gone", {0: (1, 2)})
     create(c, "kept", {0: (1, 3)})
-    ctl = c.controller
     c.stop_broker(1)
     c.pump()
     c.start_broker(1)
@@ -320,15 +327,7 @@ def test_an_election_of_every_partition_pending_retry_answers_the_gone_one_unkno
         c.request(lambda rid, s=s, topic=topic, leader=leader: AlterPartitionRequest(
             rid, leader, c.epoch_of(leader),
             (IsrProposal(TP(topic, 0), s.leader_epoch, (leader, 1), s.version),)))
-    c.zk.available = False
-    ctl.driver.feed(ElectLeaders("el", None))
-    assert ctl.driver.pending_retries == 1
-    c.zk.available = True
-    remove_by_hand(c, "gone")
-    ctl.driver.retry_writes()
-    c.pump()
-    forgotten(c, "gone")
-    [(_, answer)] = [(r, res) for r, res in ctl.replies if r == "el"]
+    answer = answered_past_the_removal(c, ElectLeaders("el", None), "el")
     assert isinstance(answer, ElectLeadersResult) and answer.error_code == 0
     codes = {p.partition: p.error_code for p in answer.partitions}
     assert codes == {TP("gone", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

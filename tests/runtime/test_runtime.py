@@ -340,6 +340,31 @@ def test_a_node_whose_actor_was_spawned_again_quiesces(nodes: list[Node]) -> Non
     assert node.quiesce(timeout=10)
 
 
+def send_until_a_dead_letter(node: Node, link: Any, checker: Address) -> None:
+    """Late answers through ``link`` (reaching the closed mailbox of ``checker``'s old
+    actor), from a thread of their own, until one is refused: each send ends and the
+    refused frame is a dead letter.
+
+    ZeroMQ ends the pipe to the closed mailbox in its reaper
+    thread, later (on a loaded machine, after a thousand sends and more): until then the
+    sends go into that pipe, which holds the link's SNDHWM (100) and the old mailbox's
+    RCVHWM. Sending more than that makes a refusal certain either way."""
+    holds = 100 + OrderChecker.mailbox_size
+
+    def send_late_answers() -> None:
+        for _ in range(holds + 1000):
+            node._send_frame(link, checker, b"late answer")
+            if node.dead_letters.by_reason():
+                return
+
+    sender = threading.Thread(target=send_late_answers, daemon=True)
+    sender.start()
+    sender.join(60)
+    assert not sender.is_alive(), "the send waited on a mailbox that no longer exists"
+    assert any("stopped while a frame waited" in reason
+               for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()
+
+
 def test_a_send_refused_by_a_stopped_mailbox_ends_though_its_name_runs_again(
         nodes: list[Node]) -> None:
     """An idle replica fetcher stopped and started again at once, while a shard's answer
@@ -357,25 +382,7 @@ def test_a_send_refused_by_a_stopped_mailbox_ends_though_its_name_runs_again(
     link = node._thread_links.links[checker]
     assert node.stop_actor("checker")
     node.spawn(OrderChecker, "checker")
-
-    # Until one is refused. ZeroMQ ends the pipe to the closed mailbox in its reaper
-    # thread, later (on a loaded machine, after a thousand sends and more): until then the
-    # sends go into that pipe, which holds the link's SNDHWM (100) and the old mailbox's
-    # RCVHWM. Sending more than that makes a refusal certain either way.
-    holds = 100 + OrderChecker.mailbox_size
-
-    def send_late_answers() -> None:
-        for _ in range(holds + 1000):
-            node._send_frame(link, checker, b"late answer")
-            if node.dead_letters.by_reason():
-                return
-
-    sender = threading.Thread(target=send_late_answers, daemon=True)
-    sender.start()
-    sender.join(60)
-    assert not sender.is_alive(), "the send waited on a mailbox that no longer exists"
-    assert any("stopped while a frame waited" in reason
-               for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()
+    send_until_a_dead_letter(node, link, checker)
     node.tell(checker, Seq("outside", 1))  # the name's new actor, through a new link
     assert wait_for(lambda: node.ask(checker, GetState())["last"] == {"outside": 1})
 
@@ -401,24 +408,7 @@ def test_a_link_made_while_its_actor_is_replaced_never_waits_on_the_new_one(
     sock = ReplacedOnConnect(node.context, zmq.PUSH)
     link = node._link_on(sock, checker)
 
-    # Until one is refused. ZeroMQ ends the pipe to the closed mailbox in its reaper
-    # thread, later (on a loaded machine, after a thousand sends and more): until then the
-    # sends go into that pipe, which holds the link's SNDHWM (100) and the old mailbox's
-    # RCVHWM. Sending more than that makes a refusal certain either way.
-    holds = 100 + OrderChecker.mailbox_size
-
-    def send_late_answers() -> None:
-        for _ in range(holds + 1000):
-            node._send_frame(link, checker, b"late answer")
-            if node.dead_letters.by_reason():
-                return
-
-    sender = threading.Thread(target=send_late_answers, daemon=True)
-    sender.start()
-    sender.join(60)
-    assert not sender.is_alive(), "the send waited on a mailbox that no longer exists"
-    assert any("stopped while a frame waited" in reason
-               for reason in node.dead_letters.by_reason()), node.dead_letters.by_reason()
+    send_until_a_dead_letter(node, link, checker)
     sock.close(linger=0)
 
 

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
 from bench.certs import Pki, make_pki
 from tests.fixtures.broker import ROOT, BrokerProcess, free_port
+from tests.fixtures.consuming import consume_values
 from tests.fixtures.waiting import wait_for
 
 pytestmark = [pytest.mark.clients]
@@ -95,19 +96,8 @@ def _round_trip(bootstrap: str, topic: str, extra: dict[str, Any]) -> list[bytes
                      on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
     if producer.flush(25) or errors:
         raise KafkaException(f"not acknowledged: {errors[:3]}")
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.time_ns()}",
-                         "auto.offset.reset": "earliest", **extra})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    try:
-        while not got and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(bytes(msg.value()))
-    finally:
-        consumer.close()
-    return got
+    return consume_values({"bootstrap.servers": bootstrap, "group.id": f"g-{time.time_ns()}",
+                           "auto.offset.reset": "earliest", **extra}, topic, 1, 30)
 
 
 def _auth_errors(bootstrap: str, extra: dict[str, Any]) -> list[KafkaError]:

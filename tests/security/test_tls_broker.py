@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from actors.runtime.config import Config, ConfigError
 from bench.certs import KEY_PASSWORD, Pki, make_pki
 from tests.fixtures.broker import BrokerProcess, free_port
+from tests.fixtures.consuming import consume_values
 from tests.fixtures.waiting import wait_for
 
 pytestmark = [pytest.mark.clients]
@@ -97,19 +98,9 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], extra: dict[str, A
 
 
 def _consume(bootstrap: str, topic: str, count: int, extra: dict[str, Any]) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.time_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False, **extra})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(bytes(msg.value()))
-    finally:
-        consumer.close()
-    return got
+    return consume_values({"bootstrap.servers": bootstrap, "group.id": f"g-{time.time_ns()}",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                           **extra}, topic, count, 30)
 
 
 def _tls_client(pki: Pki, cert: Path | None = None) -> ssl.SSLContext:

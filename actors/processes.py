@@ -450,7 +450,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.processor import Processor
     from actors.purgatory import PurgatoryShard
     from actors.request_handler import RequestHandler
-    from actors.runtime.collector import tune_for_serving
+    from actors.runtime.collector import begin_serving
     from actors.runtime.config import Config
     from actors.runtime.node import AskFailed, AskTimeout, Directory, Node, NodeEndpoint
     from actors.security.acl import Authorizer
@@ -672,8 +672,7 @@ def run_process(spec: dict[str, Any]) -> int:
     for link in links:
         hello(link, index)
     print(READY_LINE, flush=True)
-    gc.freeze()  # as process 0 does (actorlog serve): a load's collections skip start's heap
-    tune_for_serving()  # as process 0 does
+    begin_serving()  # as process 0 does (actorlog serve)
     code = node.run_until_signal()
     for sock in sockets:
         sock.close()

@@ -11,7 +11,7 @@ import click
 from loguru import logger
 
 from actors.cli import UserError
-from actors.runtime.collector import tune_for_serving
+from actors.runtime.collector import begin_serving
 from actors.runtime.config import Config, ConfigError
 
 LOG_LEVEL_ENV = "ACTORLOG_LOG_LEVEL"
@@ -104,11 +104,7 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
         start_metrics(metrics)
         logger.info("metrics on http://{}:{}/metrics", broker.host, config["metrics.port"])
     print(f"actorlog listening on {broker.host}:{broker.port}", flush=True)
-    # What starting made (modules, configs, open logs) lives as long as the broker: out
-    # of the collector's sight, the full collections a load triggers walk only what
-    # serving made since, not the whole heap each time.
-    gc.freeze()
-    tune_for_serving()
+    begin_serving()
     broker.run_until_signal()
     broker.stop()
     gc.freeze()  # the exit's last collection would only walk (0.5 s after a load) what dies now

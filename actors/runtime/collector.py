@@ -25,3 +25,13 @@ def tune_for_serving() -> None:
     """Set the collector's thresholds for a broker process that serves requests."""
     _gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(SERVING_GEN0_THRESHOLD, gen1, gen2)
+
+
+def begin_serving() -> None:
+    """A broker process that has started and now serves: what starting made (modules,
+    configs, open logs) lives as long as it does, so it goes out of the collector's sight
+    (``gc.freeze``) and the full collections a load triggers walk only what serving made
+    since, not the whole heap each time; then the serving thresholds. Every process of a
+    broker calls this once, after its start."""
+    gc.freeze()
+    tune_for_serving()

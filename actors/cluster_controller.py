@@ -1177,7 +1177,7 @@ class ClusterController(Actor):
                 self.shutdown = _Shutdown("skipped")
             else:
                 self.shutdown = _Shutdown()
-                if self._shutdown_attempts_left():
+                if self._shutdown_attempts_left() > 0:
                     self.log.info("controlled shutdown: asking the controller to move this "
                                   "node's leaderships")
                     self._try_shutdown(self.clock.now_ms())
@@ -1190,12 +1190,12 @@ class ClusterController(Actor):
         return {"state": found.state, "attempts": found.attempts, "remaining": found.remaining,
                 "message": found.message}
 
-    def _shutdown_attempts_left(self) -> bool:
+    def _shutdown_attempts_left(self) -> int:
         """Kafka's controlledShutdown makes ``controlled.shutdown.max.retries`` attempts in
         all (its remainingRetries counts down from it), the first one included."""
         found = self.shutdown
         assert found is not None
-        return found.attempts < int(self.config["controlled.shutdown.max.retries"])
+        return max(0, int(self.config["controlled.shutdown.max.retries"]) - found.attempts)
 
     def _try_shutdown(self, now: int) -> None:
         """One attempt, counted whatever comes of it, as each pass of Kafka's
@@ -1230,8 +1230,8 @@ class ClusterController(Actor):
         found.message = reason
         found.sent_to = None
         found.req_id = -1
-        left = int(self.config["controlled.shutdown.max.retries"]) - found.attempts
-        if left <= 0:
+        left = self._shutdown_attempts_left()
+        if left == 0:
             found.state = "failed"
             self.log.warning("controlled shutdown attempt {} not complete ({}); none left",
                              found.attempts, reason)

@@ -504,8 +504,6 @@ class Node:
         link = self._external_link(address)
         if link is None:
             self.dead_letters.record(f"no route to actor {address}", sender=sender)
-            if ask_id:  # fails at once, not after its timeout
-                self._complete_ask(Reply(ask_id, False, f"no route to actor {address}"))
             return
         tid = self.tracer.sample() if trace_id is None else trace_id
         span = new_id() if tid else 0  # the receiver writes the hop's record

@@ -599,6 +599,12 @@ class GetStats(NamedTuple):
     """Ask any broker actor for its counters (tests, metrics endpoint)."""
 
 
+@message(952)
+class GetGroupGauges(NamedTuple):
+    """Metrics endpoint -> GroupCoordinator: how many groups it holds and their committed
+    offsets, without GetStats' per-group states (a scrape's cost is not its groups')."""
+
+
 @message(256)
 class Flush(NamedTuple):
     """Ask a PartitionShard to write checkpoints (and fsync) now."""

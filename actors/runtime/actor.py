@@ -1094,7 +1094,7 @@ class Actor(PykkaActor):
             while True:
                 try:
                     frame = mailbox.recv(_NOBLOCK)
-                except _Again:
+                except zmq.ZMQError:  # empty (EAGAIN), or the context terminates (ETERM)
                     break
                 self.node._undelivered(frame, self.address, f"actor {self.address} stopped")
             # close() frees an inproc name later, in ZeroMQ's reaper thread (a rebind at once

@@ -369,6 +369,73 @@ def test_what_is_sent_to_a_stopped_mailbox_is_dead_letters_and_asks_fail_at_once
     assert node.dead_letters.by_reason() == {stopped: 51}
 
 
+class _HeldInTeardown(OrderChecker):
+    """An OrderChecker whose stop waits in its teardown until ``go`` is set: its loop is
+    past its last look at the mailbox, which is not closed yet."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.in_teardown = threading.Event()
+        self.go = threading.Event()
+
+    def teardown(self) -> None:
+        self.in_teardown.set()
+        self.go.wait(30)
+
+
+def test_what_is_in_a_mailbox_its_stop_did_not_read_is_dead_letters(
+        nodes: list[Node]) -> None:
+    """Frames that reached an actor's mailbox after its loop's last look and before its
+    stop closed it (a sender's send racing the stop): the stop reads them out as dead
+    letters, counted by message; an ask among them fails at once, and the node
+    quiesces. Here the stop is held in the actor's teardown while an actor of another
+    loop (30 messages in one frame) and this thread (20 tells and an ask) send."""
+    node = Node("drained").start()
+    nodes.append(node)
+    sender = node.spawn(Sender, "s")
+    checker = node.spawn(_HeldInTeardown, "checker")
+    node.ask(sender, SendSeq(1, "drained", "checker"))  # the sender's link
+    node.tell(checker, Seq("outside", 0))  # this thread's link
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 2)
+    held = node.actors["checker"]
+    assert isinstance(held, _HeldInTeardown)
+    stopper = threading.Thread(target=node.stop_actor, args=("checker", 30), daemon=True)
+    stopper.start()
+    assert held.in_teardown.wait(10)
+
+    s = node.actors["s"]
+    sent_by_s = s.sent_local
+    node.ask(sender, SendSeq(30, "drained", "checker"))
+    assert wait_for(lambda: s.sent_local >= sent_by_s + 30)  # in the mailbox, unread
+    external = node._external_sent
+    for i in range(1, 21):
+        node.tell(checker, Seq("outside", i))
+    failures: list[tuple[BaseException, float]] = []
+
+    def ask_it() -> None:
+        try:
+            node.ask(checker, GetState(), timeout=20)
+        except Exception as exc:
+            failures.append((exc, time.monotonic()))
+
+    asker = threading.Thread(target=ask_it, daemon=True)
+    asker.start()
+    assert wait_for(lambda: node._external_sent == external + 21)  # the ask is in it too
+    assert not node.dead_letters.by_reason()
+
+    held.go.set()
+    released = time.monotonic()
+    stopper.join(20)
+    asker.join(20)
+    assert not stopper.is_alive() and not asker.is_alive()
+    [(exc, failed_at)] = failures
+    assert isinstance(exc, AskFailed) and "stopped" in str(exc), exc
+    assert failed_at - released < 5
+    stopped = f"actor {checker} stopped"
+    assert node.dead_letters.by_reason() == {stopped: 51}
+    assert node.quiesce(timeout=5)
+
+
 def send_a_late_answer(node: Node, link: Any, checker: Address) -> None:
     """A late answer through ``link`` (reaching the closed mailbox of ``checker``'s old
     actor), from a thread of its own: the send ends at once and the frame is a dead

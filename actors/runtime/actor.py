@@ -925,10 +925,8 @@ class Actor(PykkaActor):
             wall_ns = self.clock.wall_ns
             for i, entry in enumerate(entries):
                 if self._dead:  # supervision gave up on a crash just now
-                    self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
-                                                  sender=str(sender), receiver=self.name)
-                    if s_node == self.node.name:  # its sender counted them sent (quiesce)
-                        self.node._count_undelivered(len(entries) - i)
+                    self.node._entries_undelivered(s_node, s_name, entries[i:], self.name,
+                                                   f"actor {self.address} stopped")
                     break
                 try:
                     type_id, tid, span, parent, send_ns, ask_id, body = entry

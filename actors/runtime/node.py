@@ -441,19 +441,25 @@ class Node:
         except BadFrame as exc:
             self.dead_letters.record(f"{reason} ({exc})", receiver=str(address))
             return
+        self._entries_undelivered(s_node, s_name, entries, str(address), reason)
+
+    def _entries_undelivered(self, s_node: str, s_name: str, entries: list[Any],
+                             receiver: str, reason: str) -> None:
+        """Entries of s_name@s_node that ``receiver``, an actor of this node, will never
+        handle (it stopped): dead letters; those of this node's senders count as taken
+        for quiesce, and this node's asks among them fail at once. From any thread: a
+        sender's (its frame refused), or the receiver's (its stop drains the mailbox, or
+        supervision gave up on it in the middle of a frame)."""
         self.dead_letters.record(reason, len(entries), sender=str(Address(s_node, s_name)),
-                                 receiver=str(address))
+                                 receiver=receiver)
         if s_node != self.name:
             return
-        self._count_undelivered(len(entries))
+        with self._undelivered_lock:  # from any sender's thread
+            self._undelivered_count += len(entries)
         if s_name == "_asks":
             for entry in entries:
                 if entry[5]:  # its ask id
                     self._complete_ask(Reply(entry[5], False, reason))
-
-    def _count_undelivered(self, count: int) -> None:
-        with self._undelivered_lock:  # from any sender's thread
-            self._undelivered_count += count
 
     def _receiver_gone(self, link: Link, name: str) -> bool:
         """A local link's send was refused: whether the mailbox it reaches is gone, so

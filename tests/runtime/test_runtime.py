@@ -18,8 +18,9 @@ import pytest
 import zmq
 from loguru import logger
 
+from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
-from actors.runtime.node import AskFailed, AskTimeout, Directory, Node, NodeEndpoint
+from actors.runtime.node import AskFailed, AskTimeout, Directory, Node, NodeEndpoint, _Pending
 from tests.fixtures.broker import free_port
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import (
@@ -38,7 +39,8 @@ from tests.runtime.node_actors import (
     Seq,
     SlowReceiver,
 )
-from wire.envelope import FORMAT_VERSION
+from wire import registry
+from wire.envelope import FORMAT_VERSION, encode_frames, new_entry
 from wire.runtime_messages import Text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -434,6 +436,60 @@ def test_what_is_in_a_mailbox_its_stop_did_not_read_is_dead_letters(
     stopped = f"actor {checker} stopped"
     assert node.dead_letters.by_reason() == {stopped: 51}
     assert node.quiesce(timeout=5)
+
+
+class _GivesUpAtSeq3(Actor):
+    """Crashes on Seq 3, and supervision gives up at the first crash."""
+
+    max_restarts = 0
+
+    def setup(self) -> None:
+        self.handled = 0
+
+    @handles(Seq)
+    def on_seq(self, msg: Seq) -> None:
+        if msg.n == 3:
+            raise RuntimeError("Seq 3")
+        self.handled += 1
+
+
+def test_what_follows_in_its_frame_when_supervision_gives_up_is_dead_letters(
+        nodes: list[Node]) -> None:
+    """Supervision stops an actor in the middle of a frame (10 messages from an actor of
+    another loop, the 4th crashes it): the 6 after it are dead letters, counted as taken,
+    so the node quiesces."""
+    node = Node("gives-up").start()
+    nodes.append(node)
+    sender = node.spawn(Sender, "s")
+    fragile = node.spawn(_GivesUpAtSeq3, "fragile")
+    node.ask(sender, SendSeq(10, "gives-up", "fragile"))
+    assert wait_for(lambda: node.actors["fragile"].actor_stopped.is_set())
+    assert node.dead_letters.by_reason() == {f"actor {fragile} stopped": 6}
+    assert node.quiesce(timeout=5)
+
+
+def test_an_ask_that_follows_in_its_frame_when_supervision_gives_up_fails_at_once(
+        nodes: list[Node]) -> None:
+    """As above, with an ask of the node among what follows the crash: it fails at
+    once, not after its timeout. (The node sends each ask in a frame of its own: this
+    frame is made by hand.)"""
+    node = Node("gives-up-ask").start()
+    nodes.append(node)
+    fragile = node.spawn(_GivesUpAtSeq3, "fragile")
+    ask_id = next(node._ask_ids)
+    pending = _Pending()
+    node._pending[ask_id] = pending
+    entries = [new_entry(registry.type_id_of(Seq), 0, 0, 0, 0, 0, Seq("x", n))
+               for n in range(5)]
+    entries.insert(4, new_entry(registry.type_id_of(GetState), 0, 0, 0, 0, ask_id,
+                                GetState()))
+    [frame], _refused = encode_frames(node.name, "_asks", "fragile", entries,
+                                      node.max_frame_bytes)
+    node.send_raw(fragile, frame)
+    assert pending.event.wait(5), "the ask waited for its timeout"
+    assert pending.reply is not None and not pending.reply.ok
+    assert pending.reply.value == f"actor {fragile} stopped"
+    assert node.dead_letters.by_reason() == {f"actor {fragile} stopped": 2}
 
 
 def send_a_late_answer(node: Node, link: Any, checker: Address) -> None:

@@ -1085,8 +1085,11 @@ class ReplicaManager(Actor):
             if old is not None:
                 removes.setdefault(old, []).append(FetcherRemoveRow(tp.topic, tp.partition))
         busy = set(fetched.values())
+        # Once the node stopped intake, a fetcher left idle is not stopped here: its stop
+        # would wait (up to 10 s) in this loop, and the node's shutdown stops it anyway
+        stopping = self.node.intake_stopped
         for name, remove_rows in removes.items():
-            if name in busy:
+            if name in busy or stopping:
                 self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
             else:
                 self._stop_idle_fetcher(name)

@@ -76,3 +76,19 @@ def test_a_follower_role_given_while_the_node_stops_adds_nothing_to_a_running_fe
     assert _got(node, c.fetcher, "AddFetcherPartitions") == added, \
         "a partition was added to a fetcher of a stopping node"
     assert not node.actors[c.fetcher.name].actor_stopped.is_set()  # f-0 stays with it
+
+
+def test_a_fetcher_left_idle_while_the_node_stops_is_not_stopped_by_the_replica_manager(
+        node: Node, tmp_path: Path) -> None:
+    """The stop makes this broker lead f-0, the only partition its fetcher of broker 2
+    fetches: the fetcher is told to drop it, and left to the node's shutdown. Before, the
+    ReplicaManager stopped it there and then, waiting (up to 10 s) in its own loop."""
+    c = _cluster(node, tmp_path, [1, 2])
+    node.stop_intake(timeout=5)
+    _lai(c, LeaderAndIsrPartition("f", 0, 1, 1, 8, [1, 2], 10, [2, 1], False), 2)
+
+    wait_for(lambda: "f-0" in node.ask(c.manager, GetStats())["leading"], "f-0 led")
+    assert node.quiesce(timeout=10)
+    assert not node.actors[c.fetcher.name].actor_stopped.is_set(), \
+        "the replica manager stopped an idle fetcher of a stopping node"
+    assert _got(node, c.fetcher, "RemoveFetcherPartitions") == [[[["f", 0]]]]

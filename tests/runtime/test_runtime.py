@@ -494,10 +494,12 @@ def test_an_ask_that_follows_in_its_frame_when_supervision_gives_up_fails_at_onc
 
 def send_a_late_answer(node: Node, link: Any, checker: Address) -> None:
     """A late answer through ``link`` (reaching the closed mailbox of ``checker``'s old
-    actor), from a thread of its own: the send ends at once and the frame is a dead
-    letter. It is refused by the old mailbox's stop, not put into the pipe ZeroMQ's
-    reaper ends later (there it was lost unread; this helper sent more than that pipe
-    holds, 100 + 100,000 frames, to be sure of a refusal)."""
+    actor), from a thread of its own: the send ends (it does not wait on a mailbox that
+    is gone) and is one dead letter, refused by the old mailbox's stop flag. The reason
+    is what the last assert tells apart: without the flag, the send was refused later,
+    by the wait for a full link that finds its receiver gone, a dead letter "stopped
+    while a frame waited for it" (this helper sent up to 100 + 100,000 frames until
+    one was)."""
     sender = threading.Thread(target=node._send_frame, args=(link, checker, b"late answer"),
                               daemon=True)
     sender.start()

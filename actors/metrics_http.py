@@ -20,12 +20,12 @@ from actors.runtime.address import Address
 from wire.broker_messages import GetGroupGauges, GetStats
 
 ASK_TIMEOUT_S = 1.0
+_GET_STATS = GetStats()  # immutable (a NamedTuple of no fields): one for every ask
 
 
-def _ask(node: Any, address: Address, msg: Any = None) -> dict[str, Any] | None:
+def _ask(node: Any, address: Address, msg: Any = _GET_STATS) -> dict[str, Any] | None:
     try:
-        answer: dict[str, Any] = node.ask(address, GetStats() if msg is None else msg,
-                                          timeout=ASK_TIMEOUT_S)
+        answer: dict[str, Any] = node.ask(address, msg, timeout=ASK_TIMEOUT_S)
     except Exception as exc:  # a busy or stopped actor: its gauges wait for the next scrape
         logger.debug("metrics: no stats from {}: {}", address, exc)
         return None

@@ -602,7 +602,9 @@ class GetStats(NamedTuple):
 @message(952)
 class GetGroupGauges(NamedTuple):
     """Metrics endpoint -> GroupCoordinator: how many groups it holds and their committed
-    offsets, without GetStats' per-group states (a scrape's cost is not its groups')."""
+    offsets, without GetStats' per-group states (members, assignments). The committed
+    offsets, which the lag metric needs, still walk every group's offsets: a scrape's
+    cost still grows with the groups and their committed partitions, by less."""
 
 
 @message(256)

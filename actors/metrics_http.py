@@ -17,14 +17,15 @@ from loguru import logger
 
 from actors.metrics import Sample, render
 from actors.runtime.address import Address
-from wire.broker_messages import GetStats
+from wire.broker_messages import GetGroupGauges, GetStats
 
 ASK_TIMEOUT_S = 1.0
+_GET_STATS = GetStats()  # immutable (a NamedTuple of no fields): one for every ask
 
 
-def _ask(node: Any, address: Address) -> dict[str, Any] | None:
+def _ask(node: Any, address: Address, msg: Any = _GET_STATS) -> dict[str, Any] | None:
     try:
-        answer: dict[str, Any] = node.ask(address, GetStats(), timeout=ASK_TIMEOUT_S)
+        answer: dict[str, Any] = node.ask(address, msg, timeout=ASK_TIMEOUT_S)
     except Exception as exc:  # a busy or stopped actor: its gauges wait for the next scrape
         logger.debug("metrics: no stats from {}: {}", address, exc)
         return None
@@ -60,17 +61,18 @@ def gauges(broker: Any) -> list[Sample]:
     add("leader_partitions", leaders)
     add("under_replicated_partitions", under)
     add("offline_partitions", offline)
-    # consumer groups: committed offsets from the coordinators, against the HW
-    groups: set[str] = set()
+    # consumer groups: committed offsets from the coordinators, against the HW; the groups
+    # counted by each (those without a commit too), not described one by one
+    groups = 0
     for i in range(topo.num_coordinators):
-        stats = _ask(node, topo.coordinator(i))
-        for group, topic, partition, committed in (stats or {}).get("committed", []):
-            groups.add(group)
+        stats = _ask(node, topo.coordinator(i), GetGroupGauges()) or {}
+        groups += stats.get("groups", 0)
+        for group, topic, partition, committed in stats.get("committed", []):
             hw = high_watermarks.get((topic, partition))
             if hw is not None and committed >= 0:
                 add("consumer_group_lag", max(0, hw - committed), group=group, topic=topic,
                     partition=partition)
-    add("consumer_groups", len(groups))
+    add("consumer_groups", groups)
     # connections
     listener = f"{broker.host}:{broker.port}"
     acceptor = _ask(node, topo.acceptor)

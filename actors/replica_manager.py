@@ -1085,8 +1085,11 @@ class ReplicaManager(Actor):
             if old is not None:
                 removes.setdefault(old, []).append(FetcherRemoveRow(tp.topic, tp.partition))
         busy = set(fetched.values())
+        # Once the node stopped intake, a fetcher left idle is not stopped here: its stop
+        # would wait (up to 10 s) in this loop, and the node's shutdown stops it anyway
+        stopping = self.node.intake_stopped
         for name, remove_rows in removes.items():
-            if name in busy:
+            if name in busy or stopping:
                 self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
             else:
                 self._stop_idle_fetcher(name)
@@ -1123,17 +1126,20 @@ class ReplicaManager(Actor):
             self.log.warning("idle replica fetcher {} did not stop", name)
 
     def _fetcher(self, leader: int, fetcher_id: int) -> str | None:
-        """The name of the fetcher of (leader, id), spawned on first use."""
+        """The name of the fetcher of (leader, id), spawned on first use; None once the
+        node stops.
+
+        The node stops (Kafka's ReplicaManager.shutdown stops its fetcher manager first): a
+        LeaderAndIsr that makes it a follower meanwhile gives the partition to no fetcher,
+        neither a new one (it would fetch nothing, and only hold up the node's stop) nor
+        one running (it would ask the shard where the log ends, for nothing); the
+        partition leaves the fetcher it had."""
         name = fetcher_name(leader, fetcher_id)
+        if self.node.intake_stopped:
+            self.log.debug("no replica fetcher for broker {}: the node is stopping", leader)
+            return None
         running = self.node.actors.get(name)
         if running is None or running.actor_stopped.is_set():  # never started, or idle
-            if self.node.intake_stopped:
-                # The node stops (Kafka's ReplicaManager.shutdown stops its fetcher manager
-                # first): a LeaderAndIsr that makes it a follower meanwhile starts no fetcher
-                # (one would fetch nothing, and only hold up the node's stop)
-                self.log.debug("no replica fetcher for broker {}: the node is stopping",
-                               leader)
-                return None
             try:
                 self.node.spawn(ReplicaFetcher, name, topology=self.topology,
                                 config=self.fetcher_config, leader=leader,

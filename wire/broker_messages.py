@@ -599,6 +599,14 @@ class GetStats(NamedTuple):
     """Ask any broker actor for its counters (tests, metrics endpoint)."""
 
 
+@message(952)
+class GetGroupGauges(NamedTuple):
+    """Metrics endpoint -> GroupCoordinator: how many groups it holds and their committed
+    offsets, without GetStats' per-group states (members, assignments). The committed
+    offsets, which the lag metric needs, still walk every group's offsets: a scrape's
+    cost still grows with the groups and their committed partitions, by less."""
+
+
 @message(256)
 class Flush(NamedTuple):
     """Ask a PartitionShard to write checkpoints (and fsync) now."""

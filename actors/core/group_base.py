@@ -151,6 +151,9 @@ class GroupCoreBase:
     def group_ids(self) -> list[str]:
         return list(self._groups)
 
+    def group_count(self) -> int:
+        return len(self._groups)
+
     def partition_for(self, group_id: str) -> int:
         count = self.config.offsets_topic_num_partitions
         if count != self._index_count:

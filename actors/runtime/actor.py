@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import queue
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable
 from types import TracebackType
@@ -213,6 +214,12 @@ class Actor(PykkaActor):
         self._my_routes: list[Any] = []
         self._poller = zmq.Poller()
         self._mailbox: zmq.Socket[Any] | None = None
+        # Set, under the lock, when the mailbox stops taking frames (its stop): a sender's
+        # local link sends under the same lock only while it is not set (Node._send_frame),
+        # so every frame is either in the socket when the stop drains it into dead letters
+        # or refused as one; none goes into the pipe ZeroMQ's reaper ends later, unread.
+        self._shut_lock = threading.Lock()
+        self._mailbox_shut = False
         # Metrics (written by this actor's thread only; a scrape reads them as they are):
         # messages handled, time in handlers, and messages taken from actors of this node
         # (the mailbox depth is what they sent, counted on their side, minus this).
@@ -918,8 +925,8 @@ class Actor(PykkaActor):
             wall_ns = self.clock.wall_ns
             for i, entry in enumerate(entries):
                 if self._dead:  # supervision gave up on a crash just now
-                    self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
-                                                  sender=str(sender), receiver=self.name)
+                    self.node._entries_undelivered(s_node, s_name, entries[i:], self.name,
+                                                   f"actor {self.address} stopped")
                     break
                 try:
                     type_id, tid, span, parent, send_ns, ask_id, body = entry
@@ -1078,6 +1085,16 @@ class Actor(PykkaActor):
                 link.sock.close(linger=0 if link.remote and link.stale(directory) else 1000)
         self._out_sockets.clear()
         if self._mailbox is not None:
+            with self._shut_lock:
+                self._mailbox_shut = True
+            # what came after the last look (a sender's frame since) is dead letters
+            mailbox = self._mailbox
+            while True:
+                try:
+                    frame = mailbox.recv(_NOBLOCK)
+                except zmq.ZMQError:  # empty (EAGAIN), or the context terminates (ETERM)
+                    break
+                self.node._undelivered(frame, self.address, f"actor {self.address} stopped")
             # close() frees an inproc name later, in ZeroMQ's reaper thread (a rebind at once
             # failed 286 times in 20,000 here); unbind frees it now, in this thread
             if self.node.mailboxes.get(self.name) is self:

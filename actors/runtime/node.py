@@ -46,6 +46,8 @@ from actors.security.curve import CurveIdentity
 from wire import registry
 from wire.envelope import (
     DEFAULT_MAX_FRAME_BYTES,
+    BadFrame,
+    decode_frame_full,
     encode_frames,
     incarnation_bytes,
     new_entry,
@@ -193,6 +195,10 @@ class Node:
         # their counts leave self.actors with them, quiesce still needs them
         self._replaced_sent = 0
         self._replaced_received = 0
+        # messages of this node's senders to actors of it that had stopped (dead letters at
+        # their mailbox): counted sent, never taken
+        self._undelivered_count = 0
+        self._undelivered_lock = threading.Lock()
         self._ready_events: list[threading.Event] = []
         self._started = False
         self._stopped = False
@@ -384,9 +390,19 @@ class Node:
         gateway when the frame carries traced messages."""
         sock = link.sock
         remote = link.remote
+        target = None if remote else link.target
         waited = False
         while True:
             try:
+                if target is not None:
+                    # under the mailbox's lock, and only while it takes frames: a frame
+                    # that went into the pipe once its stop drained it was lost unread
+                    with target._shut_lock:
+                        if not target._mailbox_shut:
+                            sock.send(frame, _NOBLOCK)
+                            return True
+                    self._undelivered(frame, address, f"actor {address} stopped")
+                    return True
                 if not remote:
                     sock.send(frame, _NOBLOCK)
                 else:
@@ -409,12 +425,41 @@ class Node:
                     waited = True
                     self.metrics.incr("mailbox_full_waits")
                 if address.node == self.name and self._receiver_gone(link, address.name):
-                    self.dead_letters.record(
-                        f"actor {address} stopped while a frame waited for it",
-                        receiver=str(address),
-                    )
+                    self._undelivered(frame, address,
+                                      f"actor {address} stopped while a frame waited for it")
                     return True
                 sock.poll(100, zmq.POLLOUT)
+
+    def _undelivered(self, frame: bytes, address: Address, reason: str) -> None:
+        """A frame for ``address``, an actor of this node, that will never be read (the
+        actor stopped): its messages are dead letters. Those a sender of this node sent
+        count as taken for quiesce (their sender counted them sent), and an ask among them
+        fails at once instead of waiting for its timeout."""
+        try:
+            s_node, s_name, _r_name, entries, _inc = decode_frame_full(frame,
+                                                                       self.max_frame_bytes)
+        except BadFrame as exc:
+            self.dead_letters.record(f"{reason} ({exc})", receiver=str(address))
+            return
+        self._entries_undelivered(s_node, s_name, entries, str(address), reason)
+
+    def _entries_undelivered(self, s_node: str, s_name: str, entries: list[Any],
+                             receiver: str, reason: str) -> None:
+        """Entries of s_name@s_node that ``receiver``, an actor of this node, will never
+        handle (it stopped): dead letters; those of this node's senders count as taken
+        for quiesce, and this node's asks among them fail at once. From any thread: a
+        sender's (its frame refused), or the receiver's (its stop drains the mailbox, or
+        supervision gave up on it in the middle of a frame)."""
+        self.dead_letters.record(reason, len(entries), sender=str(Address(s_node, s_name)),
+                                 receiver=receiver)
+        if s_node != self.name:
+            return
+        with self._undelivered_lock:  # from any sender's thread
+            self._undelivered_count += len(entries)
+        if s_name == "_asks":
+            for entry in entries:
+                if entry[5]:  # its ask id
+                    self._complete_ask(Reply(entry[5], False, reason))
 
     def _receiver_gone(self, link: Link, name: str) -> bool:
         """A local link's send was refused: whether the mailbox it reaches is gone, so
@@ -532,7 +577,8 @@ class Node:
         while real.now_ms() < deadline_ms:
             actors = list(self.actors.values())
             sent = self._external_sent + self._replaced_sent + sum(a.sent_local for a in actors)
-            received = self._replaced_received + sum(a.received for a in actors)
+            received = (self._replaced_received + self._undelivered_count
+                        + sum(a.received for a in actors))
             state = (sent, received)
             if received >= sent and state == last:
                 stable += 1

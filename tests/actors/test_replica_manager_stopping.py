@@ -54,3 +54,41 @@ def test_a_follower_role_given_while_the_node_stops_starts_no_fetcher(
     wait_for(lambda: "m-0" in node.ask(c.manager, GetStats())["following"], "m-0 followed")
     assert _stats(node, c.shard)["leaders"] == ["c-0"]  # the role taken by the shard
     assert name not in node.actors, "a fetcher was started on a stopping node"
+
+
+def test_a_follower_role_given_while_the_node_stops_adds_nothing_to_a_running_fetcher(
+        node: Node, tmp_path: Path) -> None:
+    """As above, with the leader's fetcher running already (it fetches f-0 from broker 2):
+    the partition the stop made this broker follow is not added to it. Before, it was: the
+    fetcher asked the shard where m-0's log ends, for a partition nobody would fetch."""
+    c = _cluster(node, tmp_path, [1, 2])
+    added = _got(node, c.fetcher, "AddFetcherPartitions")
+    assert len(added) == 1  # f-0, at the cluster's start
+    _lai(c, LeaderAndIsrPartition("m", 0, 1, 1, 0, [1, 2], 0, [1, 2], True), 2)
+    wait_for(lambda: "m-0" in node.ask(c.manager, GetStats())["leading"], "m-0 led")
+
+    node.stop_intake(timeout=5)
+    # the controlled shutdown moved m-0 to broker 2, whose fetcher here runs
+    _lai(c, LeaderAndIsrPartition("m", 0, 1, 2, 1, [2, 1], 1, [1, 2], False), 3)
+
+    wait_for(lambda: "m-0" in node.ask(c.manager, GetStats())["following"], "m-0 followed")
+    assert node.quiesce(timeout=10)
+    assert _got(node, c.fetcher, "AddFetcherPartitions") == added, \
+        "a partition was added to a fetcher of a stopping node"
+    assert not node.actors[c.fetcher.name].actor_stopped.is_set()  # f-0 stays with it
+
+
+def test_a_fetcher_left_idle_while_the_node_stops_is_not_stopped_by_the_replica_manager(
+        node: Node, tmp_path: Path) -> None:
+    """The stop makes this broker lead f-0, the only partition its fetcher of broker 2
+    fetches: the fetcher is told to drop it, and left to the node's shutdown. Before, the
+    ReplicaManager stopped it there and then, waiting (up to 10 s) in its own loop."""
+    c = _cluster(node, tmp_path, [1, 2])
+    node.stop_intake(timeout=5)
+    _lai(c, LeaderAndIsrPartition("f", 0, 1, 1, 8, [1, 2], 10, [2, 1], False), 2)
+
+    wait_for(lambda: "f-0" in node.ask(c.manager, GetStats())["leading"], "f-0 led")
+    assert node.quiesce(timeout=10)
+    assert not node.actors[c.fetcher.name].actor_stopped.is_set(), \
+        "the replica manager stopped an idle fetcher of a stopping node"
+    assert _got(node, c.fetcher, "RemoveFetcherPartitions") == [[[["f", 0]]]]

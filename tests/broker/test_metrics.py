@@ -19,8 +19,13 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from actors.broker import Broker
+from actors.group_coordinator import GroupCoordinator
+from actors.metrics_http import gauges
+from actors.runtime.config import Config
 from tests.broker.rawclient import RawClient, fetch_values, record_batch
 from tests.fixtures.broker import BrokerProcess, free_port
+from wire.broker_messages import GetStats
 
 
 def scrape_text(port: int) -> str:
@@ -222,3 +227,49 @@ def test_the_grafana_dashboard_queries_only_exported_metrics(
     missing = sorted(queried - samples)
     assert not missing, f"the dashboard queries metrics the broker does not export: {missing}"
     assert all(p["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"])
+
+
+def test_the_groups_gauge_counts_every_group_without_describing_each(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scrape asked each coordinator's GetStats, which builds every group's state (its
+    cost grew with the groups), and counted only the groups that had committed offsets.
+    It asks for the count and the commits now: a group without a commit counts too, and no
+    coordinator's GetStats runs. A broker in this process (its coordinator's GetStats is
+    watched); real Kafka clients make the groups."""
+    described: list[str] = []
+    real_stats = GroupCoordinator.stats
+
+    def watched(self: GroupCoordinator, msg: GetStats) -> dict[str, Any]:
+        described.append(self.name)
+        return real_stats(self, msg)
+
+    watched.__actorlog_handles__ = (GetStats,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(GroupCoordinator, "stats", watched)
+    broker = Broker(Config({"listeners": "127.0.0.1:0", "log.dirs": str(tmp_path / "data")}))
+    try:
+        broker.start()
+        bootstrap = f"127.0.0.1:{broker.port}"
+        with RawClient(int(broker.port)) as client:
+            assert client.create_topic("m", 1) == 0
+        tp = TopicPartition("m", 0)
+        committing = KafkaConsumer(bootstrap_servers=bootstrap, group_id="committed",
+                                   enable_auto_commit=False)
+        committing.assign([tp])
+        committing.commit({tp: OffsetAndMetadata(0, "", -1)})
+        committing.close()
+        joined = KafkaConsumer("m", bootstrap_servers=bootstrap, group_id="joined",
+                               enable_auto_commit=False)
+        deadline = time.monotonic() + 60
+        while not joined.assignment() and time.monotonic() < deadline:
+            joined.poll(timeout_ms=200)
+        assert joined.assignment() == {tp}
+        try:
+            samples = {(name, tuple(labels)): value for name, labels, value in gauges(broker)}
+        finally:
+            joined.close()
+    finally:
+        broker.stop()
+    assert described == [], "the scrape built every group's state"
+    assert samples[("consumer_groups", ())] == 2  # "joined" committed nothing
+    assert samples[("consumer_group_lag", (("group", "committed"), ("topic", "m"),
+                                           ("partition", "0")))] == 0

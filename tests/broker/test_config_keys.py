@@ -163,6 +163,7 @@ EFFECTS: dict[str, list[str]] = {
     "message.max.bytes": ["tests/broker/test_limits.py::test_batch_over_message_max_bytes"],
     "log.segment.bytes": [f"{HERE}::test_segments_roll_by_size_and_by_time"],
     "log.roll.ms": [f"{HERE}::test_segments_roll_by_size_and_by_time"],
+    "log.roll.hours": [f"{HERE}::test_log_roll_hours_stands_in_for_roll_ms"],
     "log.retention.bytes": [f"{HERE}::test_retention_by_size_and_by_time"],
     "log.retention.ms": [f"{HERE}::test_retention_by_size_and_by_time"],
     "log.retention.minutes": [f"{HERE}::test_retention_minutes_and_hours_stand_in_for_ms"],
@@ -371,6 +372,7 @@ TUNED: dict[str, Any] = {
     "log.retention.minutes": 60,
     "log.retention.hours": 10_000,
     "log.retention.check.interval.ms": 500,
+    "log.roll.hours": 1,  # log.roll.ms not set: the hours give it
 }
 
 
@@ -386,6 +388,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory, ipc_base: str) -> Iterator[R
 LOGS: dict[str, Any] = {
     "log.segment.bytes": 1024,
     "log.roll.ms": 60_000,
+    "log.roll.hours": 10_000,  # log.roll.ms set: it wins (Kafka's logRollTimeMillis)
     "log.retention.bytes": 4096,
     "log.retention.ms": 3_600_000,
     "log.retention.check.interval.ms": 500,
@@ -715,6 +718,20 @@ def test_retention_minutes_and_hours_stand_in_for_ms(tuned: Running, strict: Run
             produce_batches(client, "keep-minutes", 8, timestamp_ms=lambda i: old + i)
             wait_for(lambda: client.list_offset("keep-minutes", 0, -2).offset == 8,
                      "time retention by the minutes or hours")
+
+
+def test_log_roll_hours_stands_in_for_roll_ms(tuned: Running) -> None:
+    """tuned: log.roll.hours = 1, log.roll.ms not set. Batches stamped two hours apart
+    roll the segment, half an hour apart do not (stamped ahead: retention keeps them)."""
+    start = int(time.time() * 1000) + 60_000
+    with tuned.client() as client:
+        for topic, gap in (("roll-hours", 2 * 3_600_000), ("roll-half-hours", 1_800_000)):
+            assert create(client, topic, configs={"retention.ms": "-1",
+                                                  **CREATE_TIME}).error_code == 0
+            produce_batches(client, topic, 3, size=10,
+                            timestamp_ms=lambda i, gap=gap: start + i * gap)
+    assert segment_count(tuned, "roll-hours") == 3
+    assert segment_count(tuned, "roll-half-hours") == 1
 
 
 def test_flush_by_messages_and_by_time(logs: Running) -> None:

@@ -147,6 +147,7 @@ NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 MARKER_ACKS_TIMEOUT_MS = 3000
 # How often the housekeeping warns that deletes it tries again still fail.
 DELETE_WARNING_INTERVAL_MS = 60_000
+NEVER_MS = 2**63 - 1  # Kafka's Long.MAX_VALUE: a period that never comes
 # How many of the roles a BecomeLeaderOrFollower gave at a leader epoch held already its
 # one log line names (all are counted: roles_held_already in the replication stats).
 ROLES_HELD_LOGGED = 10
@@ -379,6 +380,11 @@ class PartitionShard(Actor):
                         self.log.error("{}-{} is not opened: its topic id cannot be read "
                                        "({}); its directory is kept as it is", topic, p, exc)
         self.next_housekeeping_ms = now + 1000
+        # Kafka's kafka-log-flusher (LogManager): every log.flush.scheduler.interval.ms the
+        # logs whose flush.ms has passed are flushed (Kafka's default: never); 0 runs it
+        # once, at the first turn, as Kafka's scheduler runs a task of no period once
+        self.flush_check_ms = int(self.config["log.flush.scheduler.interval.ms"])
+        self.next_flush_check_ms = now + self.flush_check_ms
         self.last_checkpoint_ms = now
         self.last_hw_checkpoint_ms = now
         self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])
@@ -599,7 +605,7 @@ class PartitionShard(Actor):
 
     # ---------------------------------------------------------- housekeeping
     def poll_timeout_ms(self) -> int | None:
-        due = min(self.next_housekeeping_ms, self.next_isr_check_ms)
+        due = min(self.next_housekeeping_ms, self.next_isr_check_ms, self.next_flush_check_ms)
         if self.resends:
             due = min(due, self.next_resend_ms)
         wait = due - self._wall_ns() // 1_000_000
@@ -624,6 +630,14 @@ class PartitionShard(Actor):
                              or self.next_resend_ms - now > PROPOSAL_RETRY_MS):
             self._resend_proposals(now)
         # (stepped back: as the ISR check)
+        if (now >= self.next_flush_check_ms
+                or self.next_flush_check_ms - now > self.flush_check_ms):
+            if self.flush_check_ms <= 0:  # once
+                self.flush_check_ms = NEVER_MS
+            self.next_flush_check_ms = now + self.flush_check_ms
+            for state in self.partitions.values():
+                state.log.maybe_flush(now)
+        # (stepped back: as the ISR check)
         if now < self.next_housekeeping_ms and self.next_housekeeping_ms - now <= 1000:
             return
         self.next_housekeeping_ms = now + 1000
@@ -631,8 +645,6 @@ class PartitionShard(Actor):
             self._retry_deletes()
         if self.topic_id_unwritten:
             self._retry_topic_ids()
-        for state in self.partitions.values():
-            state.log.maybe_flush(now)
         if (now >= self.next_producer_expiry_ms
                 or self.next_producer_expiry_ms - now > self.producer_expiry_check_ms):
             self.next_producer_expiry_ms = now + self.producer_expiry_check_ms

@@ -337,16 +337,18 @@ def broker_value_text(value: Any) -> str:
 
 # Broker keys that stand for one setting, in Kafka's order of precedence
 # (DynamicBrokerConfig.brokerConfigSynonyms): each key's synonyms are these; the groups are
-# the keys the config derives one from another (log.retention.*, log.roll.*).
+# the keys the config derives one from another (log.retention.*, log.roll.*, log.flush.*
+# interval: for log.flush.scheduler.interval.ms, last of its group, Kafka's list is itself
+# alone, which gives the same synonyms once those before its name are dropped).
 BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     key: group
     for group in ((target, *(k for k, _f in stand_ins))
                   for target, stand_ins in DERIVED_MS.items())
     for key in group}
 # Broker keys with no default in Kafka (null): no DEFAULT_CONFIG synonym, and a null value
-# while not set. actorlog's working default of some is Kafka's fallback: log.retention.ms
-# the hours give, log.roll.ms log.roll.hours (168), log.flush.interval.ms Kafka's
-# log.flush.scheduler.interval.ms; the strings' is "" (none).
+# while not set. The working value of the first three is what their stand-ins give
+# (DERIVED_MS: log.retention.hours, log.roll.hours, log.flush.scheduler.interval.ms);
+# the strings' is "" (none).
 NULL_DEFAULT_KEYS = frozenset({"log.retention.ms", "log.retention.minutes", "log.roll.ms",
                                "log.flush.interval.ms", "advertised.listeners",
                                "zookeeper.connect", "broker.rack", "ssl.key.password",

@@ -143,7 +143,14 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "log.index.size.max.bytes": (10485760, int, "offset/time index file size; a segment "
                                                 "whose index is full rolls"),
     "log.flush.interval.messages": (2**63 - 1, int, "fsync after this many messages"),
-    "log.flush.interval.ms": (2**63 - 1, int, "fsync after this long"),
+    "log.flush.interval.ms": (None, int, "fsync data this old, at a check of "
+                                        "log.flush.scheduler.interval.ms or an append; "
+                                        "when not set, log.flush.scheduler.interval.ms "
+                                        "gives it (Kafka's precedence)"),
+    "log.flush.scheduler.interval.ms": (2**63 - 1, int, "how often each log is checked "
+                                                       "for data older than its flush.ms "
+                                                       "(default: never; 0: once, at "
+                                                       "start)"),
     "log.message.timestamp.type": ("CreateTime", str, "CreateTime or LogAppendTime"),
     "log.message.timestamp.before.max.ms": (2**63 - 1, int, "a CreateTime record older than "
                                                            "this, by the broker's clock, is "
@@ -311,6 +318,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "log.index.interval.bytes": (0, 2**31 - 1),
     "log.flush.interval.messages": (1, _MAX_INT),
     "log.flush.interval.ms": (0, _MAX_INT),
+    "log.flush.scheduler.interval.ms": (0, _MAX_INT),
     "log.message.timestamp.before.max.ms": (0, _MAX_INT),
     "log.message.timestamp.after.max.ms": (0, _MAX_INT),
     "log.message.timestamp.difference.max.ms": (0, _MAX_INT),
@@ -351,12 +359,14 @@ RANGES: dict[str, tuple[float, float]] = {
     "leader.imbalance.per.broker.percentage": (0, 100),
     "leader.imbalance.check.interval.seconds": (1, 2**31 - 1),
 }
-# Keys Kafka gives, when not set, from others in a coarser unit: each with its stand-ins
-# in precedence order and the factor to milliseconds (KafkaConfig.logRetentionTimeMillis,
-# logRollTimeMillis; the order is DynamicBrokerConfig.brokerConfigSynonyms').
+# Keys Kafka gives, when not set, from others (in a coarser unit, or another key's):
+# each with its stand-ins in precedence order and the factor to milliseconds
+# (KafkaConfig.logRetentionTimeMillis, logRollTimeMillis, logFlushIntervalMs; the order
+# is DynamicBrokerConfig.brokerConfigSynonyms').
 DERIVED_MS: dict[str, tuple[tuple[str, int], ...]] = {
     "log.retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
     "log.roll.ms": (("log.roll.hours", 3_600_000),),
+    "log.flush.interval.ms": (("log.flush.scheduler.interval.ms", 1),),  # logFlushIntervalMs
 }
 # The values a string key may take.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -494,8 +504,9 @@ class Config:
 
     def _derive_millis(self, source: str) -> None:
         """Each key of DERIVED_MS as Kafka's KafkaConfig gives it (logRetentionTimeMillis,
-        logRollTimeMillis): the key itself if set, else the first of its stand-ins set,
-        else the last stand-in (the one with a default), in its unit. The value everything
+        logRollTimeMillis, logFlushIntervalMs): the key itself if set, else the first of
+        its stand-ins set, else the last stand-in (the one with a default), in its unit.
+        The value everything
         reads; DescribeConfigs says which key set it. log.retention.ms: negative is -1 (no
         limit), and 0 is refused, as Kafka refuses to start on it (every segment would be
         deleted at each check), naming the key that gave it (one ``source``, the update's,

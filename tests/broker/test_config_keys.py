@@ -173,6 +173,8 @@ EFFECTS: dict[str, list[str]] = {
     "log.index.size.max.bytes": [f"{HERE}::test_segments_roll_when_their_index_is_full"],
     "log.flush.interval.messages": [f"{HERE}::test_flush_by_messages_and_by_time"],
     "log.flush.interval.ms": [f"{HERE}::test_flush_by_messages_and_by_time"],
+    "log.flush.scheduler.interval.ms": [
+        f"{HERE}::test_flush_scheduler_interval_is_how_often_flush_ms_is_checked"],
     "log.message.timestamp.type": [f"{HERE}::test_log_append_time_stamps_the_batches"],
     "log.message.timestamp.before.max.ms": [
         f"{TSBOUNDS}::test_broker_keys_are_the_topics_defaults"],
@@ -373,6 +375,8 @@ TUNED: dict[str, Any] = {
     "log.retention.hours": 10_000,
     "log.retention.check.interval.ms": 500,
     "log.roll.hours": 1,  # log.roll.ms not set: the hours give it
+    # log.flush.interval.ms not set: this gives it too (Kafka's logFlushIntervalMs)
+    "log.flush.scheduler.interval.ms": 300,
 }
 
 
@@ -396,6 +400,7 @@ LOGS: dict[str, Any] = {
     "log.index.size.max.bytes": 96,
     "log.flush.interval.messages": 1,
     "log.flush.interval.ms": 200,
+    "log.flush.scheduler.interval.ms": 100,  # the check that finds flush.ms passed
     "log.message.timestamp.type": "LogAppendTime",
 }
 NEVER = str(2**63 - 1)
@@ -422,6 +427,7 @@ STRICT: dict[str, Any] = {
     "log.cleaner.enable": False,
     "log.retention.hours": 1,  # neither log.retention.ms nor .minutes: the hours rule
     "log.retention.check.interval.ms": 500,
+    "log.flush.interval.ms": 2000,  # log.flush.scheduler.interval.ms not set: never checked
 }
 
 
@@ -751,6 +757,33 @@ def test_flush_by_messages_and_by_time(logs: Running) -> None:
     wait_for(lambda: recovery("flush-count") == 2 and recovery("flush-time") == 2,
                "recovery points at the log end")
     assert recovery("flush-none") == 0  # with neither key it was never flushed
+
+
+def test_flush_scheduler_interval_is_how_often_flush_ms_is_checked(tuned: Running,
+                                                                    strict: Running) -> None:
+    """Kafka's log flusher runs every log.flush.scheduler.interval.ms (default: never),
+    which also stands in for log.flush.interval.ms when that is not set. tuned: 300 ms,
+    the interval not set: a log left idle is flushed. strict: log.flush.interval.ms = 2 s,
+    no scheduler interval: an idle log is not flushed by time; the next append, past
+    2 s, flushes it (actorlog also checks flush.ms at each append)."""
+    def recovery(running: Running, topic: str) -> int:
+        path = running.data_dir / "recovery-point-offset-checkpoint"
+        return read_offset_checkpoint(path).get((topic, 0), -1) if path.exists() else -1
+
+    configs = {"retention.ms": "-1", "retention.bytes": "-1"}
+    with tuned.client() as client:
+        assert create(client, "flush-checked", configs=configs).error_code == 0
+        produce_batches(client, "flush-checked", 2, size=10)
+    wait_for(lambda: recovery(tuned, "flush-checked") == 2, "the checked log flushed")
+
+    with strict.client() as client:
+        assert create(client, "flush-unchecked", configs=configs).error_code == 0
+        produce_batches(client, "flush-unchecked", 1, size=10)
+        wait_for(lambda: recovery(strict, "flush-unchecked") == 0, "its first checkpoint")
+        time.sleep(3)  # > flush.ms and the checkpoint interval (500 ms): still unflushed
+        assert recovery(strict, "flush-unchecked") == 0
+        produce_batches(client, "flush-unchecked", 1, size=10)
+    wait_for(lambda: recovery(strict, "flush-unchecked") == 2, "flushed by the append")
 
 
 def test_log_append_time_stamps_the_batches(logs: Running) -> None:

@@ -223,6 +223,24 @@ def test_roll_keys_take_kafkas_precedence_and_synonyms() -> None:
         "-1", ("log.retention.ms", "-5", S))
 
 
+def test_flush_interval_falls_back_to_the_scheduler_interval() -> None:
+    """KafkaConfig.logFlushIntervalMs: log.flush.interval.ms, else
+    log.flush.scheduler.interval.ms (default Long.MAX_VALUE); synonyms in that order."""
+    S, D = ConfigSource.STATIC_BROKER_CONFIG, ConfigSource.DEFAULT_CONFIG
+    assert DEFAULTS["log.flush.interval.ms"] is None
+    assert Config().values["log.flush.interval.ms"] == 2**63 - 1
+    assert Config({"log.flush.scheduler.interval.ms": 200}).values[
+        "log.flush.interval.ms"] == 200
+    both = Config({"log.flush.scheduler.interval.ms": 200, "log.flush.interval.ms": 5})
+    assert both.values["log.flush.interval.ms"] == 5
+    assert broker_synonyms("log.flush.interval.ms", both.given, both.set_keys, DEFAULTS) == [
+        ("log.flush.interval.ms", "5", S), ("log.flush.scheduler.interval.ms", "200", S),
+        ("log.flush.scheduler.interval.ms", str(2**63 - 1), D)]
+    assert broker_synonyms("log.flush.scheduler.interval.ms", both.given, both.set_keys,
+                           DEFAULTS) == [("log.flush.scheduler.interval.ms", "200", S),
+                                         ("log.flush.scheduler.interval.ms", str(2**63 - 1), D)]
+
+
 def test_subtracting_the_last_cleanup_policy_leaves_an_empty_list() -> None:
     """Kafka's ValidList takes an empty cleanup.policy: neither retention nor compaction."""
     out = altered_topic_configs({"cleanup.policy": "compact"},

@@ -381,10 +381,14 @@ class PartitionShard(Actor):
                                        "({}); its directory is kept as it is", topic, p, exc)
         self.next_housekeeping_ms = now + 1000
         # Kafka's kafka-log-flusher (LogManager): every log.flush.scheduler.interval.ms the
-        # logs whose flush.ms has passed are flushed (Kafka's default: never); 0 runs it
-        # once, at the first turn, as Kafka's scheduler runs a task of no period once
+        # logs whose flush.ms has passed are flushed. Unlike Kafka, no first check after
+        # log.initial.task.delay.ms (30 s): the first is one interval after the start, and
+        # the default (Long.MAX_VALUE) is no check ever (Kafka's: one, 30 s after start);
+        # 0 is one check, at the first turn (Kafka's: one, 30 s after start). None: no
+        # check to come
         self.flush_check_ms = int(self.config["log.flush.scheduler.interval.ms"])
-        self.next_flush_check_ms = now + self.flush_check_ms
+        self.next_flush_check_ms: int | None = (
+            None if self.flush_check_ms >= NEVER_MS else now + self.flush_check_ms)
         self.last_checkpoint_ms = now
         self.last_hw_checkpoint_ms = now
         self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])
@@ -605,7 +609,9 @@ class PartitionShard(Actor):
 
     # ---------------------------------------------------------- housekeeping
     def poll_timeout_ms(self) -> int | None:
-        due = min(self.next_housekeeping_ms, self.next_isr_check_ms, self.next_flush_check_ms)
+        due = min(self.next_housekeeping_ms, self.next_isr_check_ms)
+        if self.next_flush_check_ms is not None:
+            due = min(due, self.next_flush_check_ms)
         if self.resends:
             due = min(due, self.next_resend_ms)
         wait = due - self._wall_ns() // 1_000_000
@@ -629,12 +635,12 @@ class PartitionShard(Actor):
         if self.resends and (now >= self.next_resend_ms
                              or self.next_resend_ms - now > PROPOSAL_RETRY_MS):
             self._resend_proposals(now)
-        # (stepped back: as the ISR check)
-        if (now >= self.next_flush_check_ms
+        # (stepped back: as the ISR check; with no check to come, none starts)
+        if self.next_flush_check_ms is not None and (
+                now >= self.next_flush_check_ms
                 or self.next_flush_check_ms - now > self.flush_check_ms):
-            if self.flush_check_ms <= 0:  # once
-                self.flush_check_ms = NEVER_MS
-            self.next_flush_check_ms = now + self.flush_check_ms
+            self.next_flush_check_ms = (now + self.flush_check_ms if self.flush_check_ms > 0
+                                        else None)  # 0: that one check only
             for state in self.partitions.values():
                 state.log.maybe_flush(now)
         # (stepped back: as the ISR check)

@@ -135,3 +135,52 @@ def test_a_wall_clock_stepped_back_does_not_put_off_the_isr_check(
     node.advance_clock(0)
     [alter] = _alters(c, 1)
     assert [tuple(i) for i in alter[3]] == [("c", 0, 3, [1], 4)]
+
+
+@pytest.mark.parametrize("interval_ms", [None, 5_000])
+def test_the_flush_check_runs_every_scheduler_interval_and_not_on_a_step_back(
+        manual_node: Node, manual_clock: ManualClock, tmp_path: Path,
+        interval_ms: int | None) -> None:
+    """flush.ms = 1 s; a record appended at the start (no append-time check: written on the
+    log itself). log.flush.scheduler.interval.ms 5 s: the record is unflushed at +4 s, the
+    wall steps back 3 s (the check is not put off by it) and at +6 s, a check interval
+    after the step, it is flushed. Not set (Long.MAX_VALUE): no check ever, and a step
+    back, even behind the start, starts none either (each check is counted on the log)."""
+    node, clock = manual_node, manual_clock
+    config = Config({} if interval_ms is None else
+                    {"log.flush.scheduler.interval.ms": interval_ms})
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=config,
+                       log_dir=log_dir, topics={"t": TopicEntry(1, {"flush.ms": "1000"})},
+                       broker_id=1, clock=clock)
+    node.ask(shard, GetStats())
+    actor: Any = node.actors[shard.name]
+    log = actor.partitions[("t", 0)].log
+    log.append_as_leader(build_batch([b"a"], timestamps_ms=[WALL_MS]), 0, WALL_MS)
+    checks: list[int] = []  # each timed check's call, on this log
+    real_maybe_flush = log.maybe_flush
+
+    def counted(now_ms: int) -> bool:
+        checks.append(now_ms)
+        return bool(real_maybe_flush(now_ms))
+    log.maybe_flush = counted
+
+    def recovery_point_at(wall_ms: int) -> int:
+        clock.set_wall_ms(wall_ms)
+        node.run_turns()
+        node.quiesce()
+        node.ask(shard, GetStats())
+        return int(log.recovery_point)
+
+    assert recovery_point_at(WALL_MS + 4_000) == 0
+    assert recovery_point_at(WALL_MS + 1_000) == 0  # 3 s back
+    flushed = recovery_point_at(WALL_MS + 6_000)
+    if interval_ms is None:
+        assert flushed == 0
+        assert recovery_point_at(WALL_MS + 600_000) == 0
+        assert recovery_point_at(WALL_MS - 5_000) == 0  # behind the start: still no check
+        assert checks == []
+    else:
+        assert flushed == 1 and checks == [WALL_MS + 6_000]

@@ -380,15 +380,14 @@ class PartitionShard(Actor):
                         self.log.error("{}-{} is not opened: its topic id cannot be read "
                                        "({}); its directory is kept as it is", topic, p, exc)
         self.next_housekeeping_ms = now + 1000
-        # Kafka's kafka-log-flusher (LogManager): every log.flush.scheduler.interval.ms the
-        # logs whose flush.ms has passed are flushed. Unlike Kafka, no first check after
-        # log.initial.task.delay.ms (30 s): the first is one interval after the start, and
-        # the default (Long.MAX_VALUE) is no check ever (Kafka's: one, 30 s after start);
-        # 0 is one check, at the first turn (Kafka's: one, 30 s after start). None: no
-        # check to come
+        # Kafka's kafka-log-flusher (LogManager, on KafkaScheduler): the logs whose flush.ms
+        # has passed are flushed at a check log.initial.task.delay.ms after the start, then
+        # every log.flush.scheduler.interval.ms; of no period (<= 0) or Long.MAX_VALUE's
+        # (the default), that first check is the only one. flush_wait_ms: the gap to the
+        # check due (the step-back rule's bound); next_flush_check_ms None: none to come
         self.flush_check_ms = int(self.config["log.flush.scheduler.interval.ms"])
-        self.next_flush_check_ms: int | None = (
-            None if self.flush_check_ms >= NEVER_MS else now + self.flush_check_ms)
+        self.flush_wait_ms = int(self.config["log.initial.task.delay.ms"])
+        self.next_flush_check_ms: int | None = now + self.flush_wait_ms
         self.last_checkpoint_ms = now
         self.last_hw_checkpoint_ms = now
         self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])
@@ -638,9 +637,10 @@ class PartitionShard(Actor):
         # (stepped back: as the ISR check; with no check to come, none starts)
         if self.next_flush_check_ms is not None and (
                 now >= self.next_flush_check_ms
-                or self.next_flush_check_ms - now > self.flush_check_ms):
-            self.next_flush_check_ms = (now + self.flush_check_ms if self.flush_check_ms > 0
-                                        else None)  # 0: that one check only
+                or self.next_flush_check_ms - now > self.flush_wait_ms):
+            self.flush_wait_ms = self.flush_check_ms
+            self.next_flush_check_ms = (now + self.flush_check_ms
+                                        if 0 < self.flush_check_ms < NEVER_MS else None)
             for state in self.partitions.values():
                 state.log.maybe_flush(now)
         # (stepped back: as the ISR check)

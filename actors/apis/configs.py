@@ -28,7 +28,7 @@ from actors.core.topic_config import (
     describe_topic_configs,
     validate_topic_name,
 )
-from actors.runtime.config import DEFAULTS, RANGES, SPEC, Config
+from actors.runtime.config import DEFAULTS, INTERNAL_KEYS, RANGES, SPEC, Config
 from wire.admin_messages import (
     AlterTopicConfigs,
     AlterTopicConfigsDone,
@@ -83,6 +83,8 @@ def describe_broker_configs(config: Config) -> list[DescribedConfig]:
     Kafka's default (-1) as its DEFAULT_CONFIG synonym."""
     out = []
     for key in SPEC:
+        if key in INTERNAL_KEYS and key not in config.set_keys:
+            continue
         kind = broker_config_type(key)
         sensitive = kind is ConfigType.PASSWORD
         synonyms = tuple((n, _shown(n, v, sensitive), s) for n, v, s in broker_synonyms(

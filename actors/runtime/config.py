@@ -131,7 +131,7 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "log.retention.bytes": (-1, int, "delete old segments past this size (-1: never)"),
     "log.retention.ms": (None, int, "delete segments older than this; when not set, "
                                    "log.retention.minutes, else log.retention.hours gives "
-                                   "it (Kafka's precedence; negative: never; 0 from "
+                                   "it (Kafka's precedence; 0 from "
                                    "whichever gives it is refused)"),
     "log.retention.minutes": (None, int, "delete segments older than this many minutes, "
                                          "when log.retention.ms is not set (not set: "
@@ -148,9 +148,22 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                         "when not set, log.flush.scheduler.interval.ms "
                                         "gives it (Kafka's precedence)"),
     "log.flush.scheduler.interval.ms": (2**63 - 1, int, "how often each log is checked "
-                                                       "for data older than its flush.ms "
-                                                       "(default: never; 0: once, at "
-                                                       "start)"),
+                                                       "for data older than its flush.ms; "
+                                                       "the first check runs "
+                                                       "log.initial.task.delay.ms after "
+                                                       "start, and the default (never) or "
+                                                       "0 leaves it the only one; negative "
+                                                       "is refused (Kafka takes it as 0). "
+                                                       "When log.flush.interval.ms is not "
+                                                       "set this is every topic's "
+                                                       "flush.ms, which actorlog, unlike "
+                                                       "Kafka, also checks at each append: "
+                                                       "0 then fsyncs every append"),
+    "log.initial.task.delay.ms": (30000, int, "how long after start the first log flush "
+                                             "check runs (Kafka's internal key: Kafka's "
+                                             "retention and checkpoint tasks wait for it "
+                                             "too, actorlog's do not; described only "
+                                             "when set, as Kafka's)"),
     "log.message.timestamp.type": ("CreateTime", str, "CreateTime or LogAppendTime"),
     "log.message.timestamp.before.max.ms": (2**63 - 1, int, "a CreateTime record older than "
                                                            "this, by the broker's clock, is "
@@ -319,6 +332,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "log.flush.interval.messages": (1, _MAX_INT),
     "log.flush.interval.ms": (0, _MAX_INT),
     "log.flush.scheduler.interval.ms": (0, _MAX_INT),
+    "log.initial.task.delay.ms": (0, _MAX_INT),
     "log.message.timestamp.before.max.ms": (0, _MAX_INT),
     "log.message.timestamp.after.max.ms": (0, _MAX_INT),
     "log.message.timestamp.difference.max.ms": (0, _MAX_INT),
@@ -359,6 +373,12 @@ RANGES: dict[str, tuple[float, float]] = {
     "leader.imbalance.per.broker.percentage": (0, 100),
     "leader.imbalance.check.interval.seconds": (1, 2**31 - 1),
 }
+# Keys of a whole INT's or LONG's range on which a negative value means no limit.
+NEGATIVE_NO_LIMIT = frozenset({"log.retention.ms", "log.retention.minutes",
+                               "log.retention.hours"})
+# Kafka's internal keys (ConfigDef.defineInternal): DescribeConfigs names one only when it
+# is set (ConfigHelper.allConfigs: the originals and the non-internal values).
+INTERNAL_KEYS = frozenset({"log.initial.task.delay.ms"})
 # Keys Kafka gives, when not set, from others (in a coarser unit, or another key's):
 # each with its stand-ins in precedence order and the factor to milliseconds
 # (KafkaConfig.logRetentionTimeMillis, logRollTimeMillis, logFlushIntervalMs; the order
@@ -506,12 +526,12 @@ class Config:
         """Each key of DERIVED_MS as Kafka's KafkaConfig gives it (logRetentionTimeMillis,
         logRollTimeMillis, logFlushIntervalMs): the key itself if set, else the first of
         its stand-ins set, else the last stand-in (the one with a default), in its unit.
-        The value everything
-        reads; DescribeConfigs says which key set it. log.retention.ms: negative is -1 (no
-        limit), and 0 is refused, as Kafka refuses to start on it (every segment would be
-        deleted at each check), naming the key that gave it (one ``source``, the update's,
-        set: the key that gives the value can only change to, or by, one the update sets).
-        log.roll.ms: each key's range keeps it at least 1, as Kafka requires."""
+        The value everything reads; DescribeConfigs says which key set it.
+        log.retention.ms: negative is -1 (no limit), and 0 is refused, as Kafka refuses to
+        start on it (every segment would be deleted at each check), naming the key that
+        gave it (one ``source``, the update's, set: the key that gives the value can only
+        change to, or by, one the update sets). log.roll.ms: each key's range keeps it at
+        least 1, as Kafka requires."""
         for target, stand_ins in DERIVED_MS.items():
             given = [(target, 1), *stand_ins]
             key, factor = next(((k, f) for k, f in given if k in self.set_keys), given[-1])
@@ -574,6 +594,8 @@ def _allowed(key: str) -> str:
         return "one of " + ", ".join(CHOICES[key])
     if key in RANGES:
         low, high = RANGES[key]
+        if low == -high - 1:  # a whole INT's or LONG's range: Kafka's key without a validator
+            return "any value" + ("; negative: no limit" if key in NEGATIVE_NO_LIMIT else "")
         return f"at least {low}" if high >= _MAX_INT else f"{low} to {high}"
     return ""
 

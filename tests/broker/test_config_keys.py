@@ -175,6 +175,8 @@ EFFECTS: dict[str, list[str]] = {
     "log.flush.interval.ms": [f"{HERE}::test_flush_by_messages_and_by_time"],
     "log.flush.scheduler.interval.ms": [
         f"{HERE}::test_flush_scheduler_interval_is_how_often_flush_ms_is_checked"],
+    "log.initial.task.delay.ms": [
+        f"{HERE}::test_flush_scheduler_interval_is_how_often_flush_ms_is_checked"],
     "log.message.timestamp.type": [f"{HERE}::test_log_append_time_stamps_the_batches"],
     "log.message.timestamp.before.max.ms": [
         f"{TSBOUNDS}::test_broker_keys_are_the_topics_defaults"],
@@ -377,6 +379,7 @@ TUNED: dict[str, Any] = {
     "log.roll.hours": 1,  # log.roll.ms not set: the hours give it
     # log.flush.interval.ms not set: this gives it too (Kafka's logFlushIntervalMs)
     "log.flush.scheduler.interval.ms": 300,
+    "log.initial.task.delay.ms": 0,  # the first flush check at once
 }
 
 
@@ -401,6 +404,7 @@ LOGS: dict[str, Any] = {
     "log.flush.interval.messages": 1,
     "log.flush.interval.ms": 200,
     "log.flush.scheduler.interval.ms": 100,  # the check that finds flush.ms passed
+    "log.initial.task.delay.ms": 0,
     "log.message.timestamp.type": "LogAppendTime",
 }
 NEVER = str(2**63 - 1)
@@ -427,7 +431,6 @@ STRICT: dict[str, Any] = {
     "log.cleaner.enable": False,
     "log.retention.hours": 1,  # neither log.retention.ms nor .minutes: the hours rule
     "log.retention.check.interval.ms": 500,
-    "log.flush.interval.ms": 2000,  # log.flush.scheduler.interval.ms not set: never checked
 }
 
 
@@ -759,13 +762,16 @@ def test_flush_by_messages_and_by_time(logs: Running) -> None:
     assert recovery("flush-none") == 0  # with neither key it was never flushed
 
 
-def test_flush_scheduler_interval_is_how_often_flush_ms_is_checked(tuned: Running,
-                                                                    strict: Running) -> None:
-    """Kafka's log flusher runs every log.flush.scheduler.interval.ms (default: never),
-    which also stands in for log.flush.interval.ms when that is not set. tuned: 300 ms,
-    the interval not set: a log left idle is flushed. strict: log.flush.interval.ms = 2 s,
-    no scheduler interval: an idle log is not flushed by time; the next append, past
-    2 s, flushes it (actorlog also checks flush.ms at each append)."""
+def test_flush_scheduler_interval_is_how_often_flush_ms_is_checked(
+        tuned: Running, tmp_path: Path) -> None:
+    """Kafka's log flusher runs log.initial.task.delay.ms after the start, then every
+    log.flush.scheduler.interval.ms (default: never, the first run the only one); the
+    interval also stands in for log.flush.interval.ms when that is not set. tuned: 300 ms
+    (no delay), the interval not set: a log left idle is flushed. A broker of
+    log.flush.interval.ms 2 s, a delay of 8 s, no scheduler interval: a record appended at
+    once is unflushed while the delay runs, flushed by that one check, and one appended
+    after it stays unflushed, idle; the next append, past 2 s, flushes it (actorlog also
+    checks flush.ms at each append, which Kafka does not)."""
     def recovery(running: Running, topic: str) -> int:
         path = running.data_dir / "recovery-point-offset-checkpoint"
         return read_offset_checkpoint(path).get((topic, 0), -1) if path.exists() else -1
@@ -776,14 +782,26 @@ def test_flush_scheduler_interval_is_how_often_flush_ms_is_checked(tuned: Runnin
         produce_batches(client, "flush-checked", 2, size=10)
     wait_for(lambda: recovery(tuned, "flush-checked") == 2, "the checked log flushed")
 
-    with strict.client() as client:
-        assert create(client, "flush-unchecked", configs=configs).error_code == 0
-        produce_batches(client, "flush-unchecked", 1, size=10)
-        wait_for(lambda: recovery(strict, "flush-unchecked") == 0, "its first checkpoint")
-        time.sleep(3)  # > flush.ms and the checkpoint interval (500 ms): still unflushed
-        assert recovery(strict, "flush-unchecked") == 0
-        produce_batches(client, "flush-unchecked", 1, size=10)
-    wait_for(lambda: recovery(strict, "flush-unchecked") == 2, "flushed by the append")
+    before_start = time.monotonic()  # the shard starts later: its check is due after +8 s
+    delayed = Running(tmp_path / "data", {"log.flush.interval.ms": 2000,
+                                          "log.initial.task.delay.ms": 8000,
+                                          "log.flush.offset.checkpoint.interval.ms": 300})
+    try:
+        with delayed.client() as client:
+            assert create(client, "flush-delayed", configs=configs).error_code == 0
+            produce_batches(client, "flush-delayed", 1, size=10)
+            wait_for(lambda: recovery(delayed, "flush-delayed") == 0, "its first checkpoint")
+            time.sleep(max(0.0, before_start + 4 - time.monotonic()))  # flush.ms passed
+            assert recovery(delayed, "flush-delayed") == 0
+            assert time.monotonic() - before_start < 7.5, "too slow to see the delay"
+            wait_for(lambda: recovery(delayed, "flush-delayed") == 1, "the one check's flush")
+            produce_batches(client, "flush-delayed", 1, size=10)
+            time.sleep(3)  # > flush.ms and the checkpoint interval: no check comes
+            assert recovery(delayed, "flush-delayed") == 1
+            produce_batches(client, "flush-delayed", 1, size=10)
+        wait_for(lambda: recovery(delayed, "flush-delayed") == 3, "flushed by the append")
+    finally:
+        delayed.broker.stop()
 
 
 def test_log_append_time_stamps_the_batches(logs: Running) -> None:

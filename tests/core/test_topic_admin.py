@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from actors.apis.configs import describe_broker_configs
 from actors.core.group_state import OffsetDeleteResponse
 from actors.core.group_types import DeleteGroupsResponse
 from actors.core.offsets_codec import OffsetCommitKey, decode_record
@@ -239,6 +240,18 @@ def test_flush_interval_falls_back_to_the_scheduler_interval() -> None:
     assert broker_synonyms("log.flush.scheduler.interval.ms", both.given, both.set_keys,
                            DEFAULTS) == [("log.flush.scheduler.interval.ms", "200", S),
                                          ("log.flush.scheduler.interval.ms", str(2**63 - 1), D)]
+
+
+def test_an_internal_key_is_described_only_when_set() -> None:
+    """log.initial.task.delay.ms is internal in Kafka (defineInternal): its DescribeConfigs
+    names it only when it is set (ConfigHelper.allConfigs)."""
+    def names(config: Config) -> set[str]:
+        return {c.name for c in describe_broker_configs(config)}
+
+    key = "log.initial.task.delay.ms"
+    assert key not in names(Config()) and "log.flush.scheduler.interval.ms" in names(Config())
+    [described] = [c for c in describe_broker_configs(Config({key: 0})) if c.name == key]
+    assert (described.value, described.source) == ("0", ConfigSource.STATIC_BROKER_CONFIG)
 
 
 def test_subtracting_the_last_cleanup_policy_leaves_an_empty_list() -> None:

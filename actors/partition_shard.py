@@ -298,6 +298,10 @@ class PartitionShard(Actor):
         # Logs whose flush failed since the start (each restarted the shard, which reopened
         # it from its recovery point): kept across restarts, for the stats.
         self.flush_failures = 0
+        # the timed flush check's schedule (setup arms it once; kept across restarts)
+        self.flush_scheduled = False
+        self.flush_wait_ms = 0
+        self.next_flush_check_ms: int | None = None
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
@@ -385,9 +389,13 @@ class PartitionShard(Actor):
         # every log.flush.scheduler.interval.ms; of no period (<= 0) or Long.MAX_VALUE's
         # (the default), that first check is the only one. flush_wait_ms: the gap to the
         # check due (the step-back rule's bound); next_flush_check_ms None: none to come
+        # (armed at the first setup only: a crash restart in place keeps the schedule, as
+        # Kafka's flusher is scheduled once however often a log fails)
         self.flush_check_ms = int(self.config["log.flush.scheduler.interval.ms"])
-        self.flush_wait_ms = int(self.config["log.initial.task.delay.ms"])
-        self.next_flush_check_ms: int | None = now + self.flush_wait_ms
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.flush_wait_ms = int(self.config["log.initial.task.delay.ms"])
+            self.next_flush_check_ms = now + self.flush_wait_ms
         self.last_checkpoint_ms = now
         self.last_hw_checkpoint_ms = now
         self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])

@@ -622,6 +622,8 @@ def example_toml() -> str:
         lines += textwrap.wrap(text, 88, initial_indent="# ", subsequent_indent="# ")
         if default is None:  # no default (Kafka's null): set only to take precedence
             lines.append(f"# {json.dumps(key)} =")
+        elif key in INTERNAL_KEYS:  # set, DescribeConfigs would list it; Kafka's files leave
+            lines.append(f"# {json.dumps(key)} = {_toml_value(default)}")  # it out
         else:
             lines.append(f"{json.dumps(key)} = {_toml_value(default)}")
     return "\n".join(lines) + "\n"

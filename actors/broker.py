@@ -931,7 +931,7 @@ class Broker:
         """num.processes > 1: processes 1..N-1 serve connections on the same port and run
         their share of the shards; ``clean_shutdown``: whether the dir had the marker
         (process 0 removed it; a process restarted later recovers its logs regardless)."""
-        spec = {"config": {k: cfg[k] for k in cfg.set_keys}, "main": node_name, "host": self.host,
+        spec = {"config": dict(cfg.given), "main": node_name, "host": self.host,
                 "port": self.port, "adv_host": adv_host, "adv_port": adv_port,
                 "cluster_id": cluster_id, "broker_id": broker_id, "ipc_dir": ipc_dir,
                 "gateway_host": str(cfg["actor.gateway.host"]), "data_dir": str(data_dir),

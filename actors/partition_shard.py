@@ -147,6 +147,7 @@ NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 MARKER_ACKS_TIMEOUT_MS = 3000
 # How often the housekeeping warns that deletes it tries again still fail.
 DELETE_WARNING_INTERVAL_MS = 60_000
+NEVER_MS = 2**63 - 1  # Kafka's Long.MAX_VALUE: a period that never comes
 # How many of the roles a BecomeLeaderOrFollower gave at a leader epoch held already its
 # one log line names (all are counted: roles_held_already in the replication stats).
 ROLES_HELD_LOGGED = 10
@@ -297,6 +298,10 @@ class PartitionShard(Actor):
         # Logs whose flush failed since the start (each restarted the shard, which reopened
         # it from its recovery point): kept across restarts, for the stats.
         self.flush_failures = 0
+        # the timed flush check's schedule (setup arms it once; kept across restarts)
+        self.flush_scheduled = False
+        self.flush_wait_ms = 0
+        self.next_flush_check_ms: int | None = None
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
@@ -379,6 +384,18 @@ class PartitionShard(Actor):
                         self.log.error("{}-{} is not opened: its topic id cannot be read "
                                        "({}); its directory is kept as it is", topic, p, exc)
         self.next_housekeeping_ms = now + 1000
+        # Kafka's kafka-log-flusher (LogManager, on KafkaScheduler): the logs whose flush.ms
+        # has passed are flushed at a check log.initial.task.delay.ms after the start, then
+        # every log.flush.scheduler.interval.ms; of no period (<= 0) or Long.MAX_VALUE's
+        # (the default), that first check is the only one. flush_wait_ms: the gap to the
+        # check due (the step-back rule's bound); next_flush_check_ms None: none to come
+        # (armed at the first setup only: a crash restart in place keeps the schedule, as
+        # Kafka's flusher is scheduled once however often a log fails)
+        self.flush_check_ms = int(self.config["log.flush.scheduler.interval.ms"])
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.flush_wait_ms = int(self.config["log.initial.task.delay.ms"])
+            self.next_flush_check_ms = now + self.flush_wait_ms
         self.last_checkpoint_ms = now
         self.last_hw_checkpoint_ms = now
         self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])
@@ -600,6 +617,8 @@ class PartitionShard(Actor):
     # ---------------------------------------------------------- housekeeping
     def poll_timeout_ms(self) -> int | None:
         due = min(self.next_housekeeping_ms, self.next_isr_check_ms)
+        if self.next_flush_check_ms is not None:
+            due = min(due, self.next_flush_check_ms)
         if self.resends:
             due = min(due, self.next_resend_ms)
         wait = due - self._wall_ns() // 1_000_000
@@ -623,6 +642,15 @@ class PartitionShard(Actor):
         if self.resends and (now >= self.next_resend_ms
                              or self.next_resend_ms - now > PROPOSAL_RETRY_MS):
             self._resend_proposals(now)
+        # (stepped back: as the ISR check; with no check to come, none starts)
+        if self.next_flush_check_ms is not None and (
+                now >= self.next_flush_check_ms
+                or self.next_flush_check_ms - now > self.flush_wait_ms):
+            self.flush_wait_ms = self.flush_check_ms
+            self.next_flush_check_ms = (now + self.flush_check_ms
+                                        if 0 < self.flush_check_ms < NEVER_MS else None)
+            for state in self.partitions.values():
+                state.log.maybe_flush(now)
         # (stepped back: as the ISR check)
         if now < self.next_housekeeping_ms and self.next_housekeeping_ms - now <= 1000:
             return
@@ -631,8 +659,6 @@ class PartitionShard(Actor):
             self._retry_deletes()
         if self.topic_id_unwritten:
             self._retry_topic_ids()
-        for state in self.partitions.values():
-            state.log.maybe_flush(now)
         if (now >= self.next_producer_expiry_ms
                 or self.next_producer_expiry_ms - now > self.producer_expiry_check_ms):
             self.next_producer_expiry_ms = now + self.producer_expiry_check_ms

@@ -28,7 +28,7 @@ from actors.core.topic_config import (
     describe_topic_configs,
     validate_topic_name,
 )
-from actors.runtime.config import DEFAULTS, RANGES, SPEC, Config
+from actors.runtime.config import DEFAULTS, INTERNAL_KEYS, RANGES, SPEC, Config
 from wire.admin_messages import (
     AlterTopicConfigs,
     AlterTopicConfigsDone,
@@ -83,12 +83,15 @@ def describe_broker_configs(config: Config) -> list[DescribedConfig]:
     Kafka's default (-1) as its DEFAULT_CONFIG synonym."""
     out = []
     for key in SPEC:
+        if key in INTERNAL_KEYS and key not in config.set_keys:
+            continue
         kind = broker_config_type(key)
         sensitive = kind is ConfigType.PASSWORD
         synonyms = tuple((n, _shown(n, v, sensitive), s) for n, v, s in broker_synonyms(
-            key, config.values, config.set_keys, DEFAULTS))
+            key, config.given, config.set_keys, DEFAULTS))
         unset = key in NULL_DEFAULT_KEYS and key not in config.set_keys
-        value = _shown(key, None if unset else broker_value_text(config[key]), sensitive)
+        own = config.given.get(key, config[key])  # a set key as given, not as derived
+        value = _shown(key, None if unset else broker_value_text(own), sensitive)
         source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
         out.append(DescribedConfig(key, value, source, kind, synonyms))
         if key == "node.id":
@@ -145,7 +148,8 @@ def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                                                f"topic {res.resource_name!r} does not exist"))
                 continue
             described = describe_topic_configs(ctx.config.values, ctx.config.set_keys,
-                                               dict(entry.configs), DEFAULTS)
+                                               dict(entry.configs), DEFAULTS,
+                                               given=ctx.config.given)
             read_only = False
         elif res.resource_type == BROKER_RESOURCE:
             if res.resource_name not in ("", str(ctx.broker_id)):
@@ -154,7 +158,10 @@ def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                     f"this is broker {ctx.broker_id}: ask for broker {ctx.broker_id!r} or "
                     f"'' (the defaults), not {res.resource_name!r}"))
                 continue
-            described = describe_broker_configs(ctx.config)
+            # '' is the cluster-wide defaults' resource: Kafka answers there only the
+            # dynamic defaults (DYNAMIC_DEFAULT_BROKER_CONFIG), which actorlog's static
+            # broker configs never have: none (ConfigHelper.describeConfigs)
+            described = (describe_broker_configs(ctx.config) if res.resource_name else [])
             read_only = True
         else:
             results.append(_resource_error(res, ErrorCode.INVALID_REQUEST,

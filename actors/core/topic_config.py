@@ -17,6 +17,7 @@ from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_log import LogConfig
 from actors.core.recompress import COMPRESSION_TYPES
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
+from actors.runtime.config import DERIVED_MS
 from wire.errors import ErrorCode, KafkaError
 
 
@@ -335,14 +336,19 @@ def broker_value_text(value: Any) -> str:
 
 
 # Broker keys that stand for one setting, in Kafka's order of precedence
-# (DynamicBrokerConfig.brokerConfigSynonyms): each key's synonyms are these.
+# (DynamicBrokerConfig.brokerConfigSynonyms): each key's synonyms are these; the groups are
+# the keys the config derives one from another (log.retention.*, log.roll.*, log.flush.*
+# interval: for log.flush.scheduler.interval.ms, last of its group, Kafka's list is itself
+# alone, which gives the same synonyms once those before its name are dropped).
 BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
-    key: ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
-    for key in ("log.retention.ms", "log.retention.minutes", "log.retention.hours")}
+    key: group
+    for group in ((target, *(k for k, _f in stand_ins))
+                  for target, stand_ins in DERIVED_MS.items())
+    for key in group}
 # Broker keys with no default in Kafka (null): no DEFAULT_CONFIG synonym, and a null value
-# while not set. actorlog's working default of some is Kafka's fallback: log.retention.ms
-# the hours give, log.roll.ms Kafka's log.roll.hours (168), log.flush.interval.ms its
-# log.flush.scheduler.interval.ms; the strings' is "" (none).
+# while not set. The working value of the first three is what their stand-ins give
+# (DERIVED_MS: log.retention.hours, log.roll.hours, log.flush.scheduler.interval.ms);
+# the strings' is "" (none).
 NULL_DEFAULT_KEYS = frozenset({"log.retention.ms", "log.retention.minutes", "log.roll.ms",
                                "log.flush.interval.ms", "advertised.listeners",
                                "zookeeper.connect", "broker.rack", "ssl.key.password",
@@ -368,7 +374,8 @@ def broker_synonyms(name: str, broker: Mapping[str, Any], broker_set: Collection
 
 def describe_topic_configs(broker: Mapping[str, Any], broker_set: Collection[str],
                            topic_configs: Mapping[str, str],
-                           defaults: Mapping[str, Any]) -> list[DescribedConfig]:
+                           defaults: Mapping[str, Any],
+                           given: Mapping[str, Any] | None = None) -> list[DescribedConfig]:
     """Every topic config with its value, true source and synonyms.
 
     ``broker`` holds the broker keys' values, ``broker_set`` the keys the
@@ -376,11 +383,14 @@ def describe_topic_configs(broker: Mapping[str, Any], broker_set: Collection[str
     key's own default (the DEFAULT_CONFIG synonym's value). The value is the topic's
     override, else what the broker keys give it (log.retention.ms derived from the
     minutes or hours when not set); the source is the first synonym's, DEFAULT_CONFIG
-    when there is none (Kafka's createTopicConfigEntry).
+    when there is none (Kafka's createTopicConfigEntry). ``given``: the set keys' values as
+    set (Config.given; default ``broker``), which the synonyms show, as Kafka's do (a
+    log.retention.ms of -5 is -5 there, -1 the value).
     """
     out = []
+    shown = broker if given is None else given
     for key, (broker_key, _kind) in TOPIC_CONFIGS.items():
-        synonyms = broker_synonyms(broker_key, broker, broker_set, defaults)
+        synonyms = broker_synonyms(broker_key, shown, broker_set, defaults)
         value: str | None
         if key in topic_configs:
             synonyms.insert(0, (key, topic_configs[key], ConfigSource.DYNAMIC_TOPIC_CONFIG))

@@ -124,11 +124,14 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "min.insync.replicas": (1, int, "ISR size acks=-1 needs"),
     "message.max.bytes": (1048588, int, "largest record batch accepted"),
     "log.segment.bytes": (1073741824, int, "roll a segment past this size"),
-    "log.roll.ms": (604800000, int, "roll a segment older than this"),
+    "log.roll.ms": (None, int, "roll a segment older than this; when not set, "
+                              "log.roll.hours gives it (Kafka's precedence)"),
+    "log.roll.hours": (168, int, "roll a segment older than this many hours, when "
+                                 "log.roll.ms is not set"),
     "log.retention.bytes": (-1, int, "delete old segments past this size (-1: never)"),
     "log.retention.ms": (None, int, "delete segments older than this; when not set, "
                                    "log.retention.minutes, else log.retention.hours gives "
-                                   "it (Kafka's precedence; negative: never; 0 from "
+                                   "it (Kafka's precedence; 0 from "
                                    "whichever gives it is refused)"),
     "log.retention.minutes": (None, int, "delete segments older than this many minutes, "
                                          "when log.retention.ms is not set (not set: "
@@ -140,7 +143,27 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "log.index.size.max.bytes": (10485760, int, "offset/time index file size; a segment "
                                                 "whose index is full rolls"),
     "log.flush.interval.messages": (2**63 - 1, int, "fsync after this many messages"),
-    "log.flush.interval.ms": (2**63 - 1, int, "fsync after this long"),
+    "log.flush.interval.ms": (None, int, "fsync data this old, at a check of "
+                                        "log.flush.scheduler.interval.ms or an append; "
+                                        "when not set, log.flush.scheduler.interval.ms "
+                                        "gives it (Kafka's precedence)"),
+    "log.flush.scheduler.interval.ms": (2**63 - 1, int, "how often each log is checked "
+                                                       "for data older than its flush.ms; "
+                                                       "the first check runs "
+                                                       "log.initial.task.delay.ms after "
+                                                       "start, and the default (never) or "
+                                                       "0 leaves it the only one; negative "
+                                                       "is refused (Kafka takes it as 0). "
+                                                       "When log.flush.interval.ms is not "
+                                                       "set this is every topic's "
+                                                       "flush.ms, which actorlog, unlike "
+                                                       "Kafka, also checks at each append: "
+                                                       "0 then fsyncs every append"),
+    "log.initial.task.delay.ms": (30000, int, "how long after start the first log flush "
+                                             "check runs (Kafka's internal key: Kafka's "
+                                             "retention and checkpoint tasks wait for it "
+                                             "too, actorlog's do not; described only "
+                                             "when set, as Kafka's)"),
     "log.message.timestamp.type": ("CreateTime", str, "CreateTime or LogAppendTime"),
     "log.message.timestamp.before.max.ms": (2**63 - 1, int, "a CreateTime record older than "
                                                            "this, by the broker's clock, is "
@@ -298,14 +321,18 @@ RANGES: dict[str, tuple[float, float]] = {
     "message.max.bytes": (0, 2**31 - 1),
     "log.segment.bytes": (14, 2**31 - 1),
     "log.roll.ms": _MS,
+    "log.roll.hours": (1, 2**31 - 1),
     "log.retention.bytes": (-1, _MAX_INT),
-    "log.retention.ms": (-1, _MAX_INT),
-    # Kafka's INTs without a validator: a negative one means no time limit, as -1 does
+    # Kafka's LONG and INTs without a validator: a negative one means no time limit, as -1
+    # does (KafkaConfig.logRetentionTimeMillis)
+    "log.retention.ms": (-2**63, _MAX_INT),
     "log.retention.minutes": (-2**31, 2**31 - 1),
     "log.retention.hours": (-2**31, 2**31 - 1),
     "log.index.interval.bytes": (0, 2**31 - 1),
     "log.flush.interval.messages": (1, _MAX_INT),
     "log.flush.interval.ms": (0, _MAX_INT),
+    "log.flush.scheduler.interval.ms": (0, _MAX_INT),
+    "log.initial.task.delay.ms": (0, _MAX_INT),
     "log.message.timestamp.before.max.ms": (0, _MAX_INT),
     "log.message.timestamp.after.max.ms": (0, _MAX_INT),
     "log.message.timestamp.difference.max.ms": (0, _MAX_INT),
@@ -345,6 +372,21 @@ RANGES: dict[str, tuple[float, float]] = {
     "controlled.shutdown.retry.backoff.ms": (0, 2**31 - 1),
     "leader.imbalance.per.broker.percentage": (0, 100),
     "leader.imbalance.check.interval.seconds": (1, 2**31 - 1),
+}
+# Keys of a whole INT's or LONG's range on which a negative value means no limit.
+NEGATIVE_NO_LIMIT = frozenset({"log.retention.ms", "log.retention.minutes",
+                               "log.retention.hours"})
+# Kafka's internal keys (ConfigDef.defineInternal): DescribeConfigs names one only when it
+# is set (ConfigHelper.allConfigs: the originals and the non-internal values).
+INTERNAL_KEYS = frozenset({"log.initial.task.delay.ms"})
+# Keys Kafka gives, when not set, from others (in a coarser unit, or another key's):
+# each with its stand-ins in precedence order and the factor to milliseconds
+# (KafkaConfig.logRetentionTimeMillis, logRollTimeMillis, logFlushIntervalMs; the order
+# is DynamicBrokerConfig.brokerConfigSynonyms').
+DERIVED_MS: dict[str, tuple[tuple[str, int], ...]] = {
+    "log.retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+    "log.roll.ms": (("log.roll.hours", 3_600_000),),
+    "log.flush.interval.ms": (("log.flush.scheduler.interval.ms", 1),),  # logFlushIntervalMs
 }
 # The values a string key may take.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -462,39 +504,45 @@ class Config:
         self.source = source
         self.set_keys: set[str] = set()
         """Keys a file, a flag or the caller set (the rest hold their defaults)."""
+        self.given: dict[str, Any] = {}
+        """Each set key's value as given: ``values`` holds what a DERIVED_MS key resolves to
+        (a negative log.retention.ms is -1 there); DescribeConfigs shows the key's own, as
+        Kafka's does."""
         if values:
             self.update(values, source)
         else:
-            self._derive_retention(source)
+            self._derive_millis(source)
 
     def update(self, values: dict[str, Any], source: str = "<overrides>") -> Config:
         for key, value in _flatten(values).items():
             if key not in SPEC:
                 raise _unknown(key, source)
-            self.values[key] = _coerce(key, value, source)
+            self.values[key] = self.given[key] = _coerce(key, value, source)
             self.set_keys.add(key)
-        self._derive_retention(source)
+        self._derive_millis(source)
         return self
 
-    def _derive_retention(self, source: str) -> None:
-        """log.retention.ms as Kafka's logRetentionTimeMillis gives it: the key itself if
-        set, else log.retention.minutes if set, else log.retention.hours; negative: -1
-        (no limit). The value everything reads; DescribeConfigs says which key set it.
-        0 is refused, as Kafka refuses to start on it (every segment would be deleted at
-        each check), naming the key that gave it (one ``source``, the update's, set: the
-        key that gives the value can only change to, or by, one the update sets)."""
-        if "log.retention.ms" in self.set_keys:
-            key, millis = "log.retention.ms", int(self.values["log.retention.ms"])
-        elif "log.retention.minutes" in self.set_keys:
-            key = "log.retention.minutes"
-            millis = int(self.values[key]) * 60_000
-        else:
-            key = "log.retention.hours"
-            millis = int(self.values[key]) * 3_600_000
-        if millis == 0:
-            raise ConfigError(f"{source}: {key} = 0 would delete every segment at each "
-                              f"retention check; use -1 for no time limit, or at least 1")
-        self.values["log.retention.ms"] = -1 if millis < 0 else millis
+    def _derive_millis(self, source: str) -> None:
+        """Each key of DERIVED_MS as Kafka's KafkaConfig gives it (logRetentionTimeMillis,
+        logRollTimeMillis, logFlushIntervalMs): the key itself if set, else the first of
+        its stand-ins set, else the last stand-in (the one with a default), in its unit.
+        The value everything reads; DescribeConfigs says which key set it.
+        log.retention.ms: negative is -1 (no limit), and 0 is refused, as Kafka refuses to
+        start on it (every segment would be deleted at each check), naming the key that
+        gave it (one ``source``, the update's, set: the key that gives the value can only
+        change to, or by, one the update sets). log.roll.ms: each key's range keeps it at
+        least 1, as Kafka requires."""
+        for target, stand_ins in DERIVED_MS.items():
+            given = [(target, 1), *stand_ins]
+            key, factor = next(((k, f) for k, f in given if k in self.set_keys), given[-1])
+            millis = int(self.values[key]) * factor
+            if target == "log.retention.ms":
+                if millis == 0:
+                    raise ConfigError(f"{source}: {key} = 0 would delete every segment at "
+                                      f"each retention check; use -1 for no time limit, or "
+                                      f"at least 1")
+                millis = max(millis, -1)
+            self.values[target] = millis
 
     @classmethod
     def load(cls, path: Path | str | None, overrides: dict[str, Any] | None = None) -> Config:
@@ -546,6 +594,8 @@ def _allowed(key: str) -> str:
         return "one of " + ", ".join(CHOICES[key])
     if key in RANGES:
         low, high = RANGES[key]
+        if low == -high - 1:  # a whole INT's or LONG's range: Kafka's key without a validator
+            return "any value" + ("; negative: no limit" if key in NEGATIVE_NO_LIMIT else "")
         return f"at least {low}" if high >= _MAX_INT else f"{low} to {high}"
     return ""
 
@@ -572,6 +622,8 @@ def example_toml() -> str:
         lines += textwrap.wrap(text, 88, initial_indent="# ", subsequent_indent="# ")
         if default is None:  # no default (Kafka's null): set only to take precedence
             lines.append(f"# {json.dumps(key)} =")
+        elif key in INTERNAL_KEYS:  # set, DescribeConfigs would list it; Kafka's files leave
+            lines.append(f"# {json.dumps(key)} = {_toml_value(default)}")  # it out
         else:
             lines.append(f"{json.dumps(key)} = {_toml_value(default)}")
     return "\n".join(lines) + "\n"

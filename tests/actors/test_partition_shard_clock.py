@@ -135,3 +135,58 @@ def test_a_wall_clock_stepped_back_does_not_put_off_the_isr_check(
     node.advance_clock(0)
     [alter] = _alters(c, 1)
     assert [tuple(i) for i in alter[3]] == [("c", 0, 3, [1], 4)]
+
+
+@pytest.mark.parametrize("interval_ms", [None, 0, 5_000])
+def test_the_flush_check_runs_after_the_initial_delay_then_every_interval(
+        manual_node: Node, manual_clock: ManualClock, tmp_path: Path,
+        interval_ms: int | None) -> None:
+    """flush.ms = 1 s; a record appended at the start (written on the log itself: no
+    append-time check). As Kafka's kafka-log-flusher, the first check is
+    log.initial.task.delay.ms (30 s) after the start: unflushed at +20 s (and after a 3 s
+    step back), flushed at +30 s. Another record then: log.flush.scheduler.interval.ms
+    5 s flushes it at +36 s, a step back of 3 s at +34 s not putting the check off; not set
+    (Long.MAX_VALUE) or 0, the first check was the only one: unflushed ten minutes on, and
+    a step back, even behind the start, starts none (each check is counted on the log)."""
+    node, clock = manual_node, manual_clock
+    config = Config({} if interval_ms is None else
+                    {"log.flush.scheduler.interval.ms": interval_ms})
+    assert config["log.initial.task.delay.ms"] == 30_000
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=config,
+                       log_dir=log_dir, topics={"t": TopicEntry(1, {"flush.ms": "1000"})},
+                       broker_id=1, clock=clock)
+    node.ask(shard, GetStats())
+    actor: Any = node.actors[shard.name]
+    log = actor.partitions[("t", 0)].log
+    log.append_as_leader(build_batch([b"a"], timestamps_ms=[WALL_MS]), 0, WALL_MS)
+    checks: list[int] = []  # each timed check's call, on this log
+    real_maybe_flush = log.maybe_flush
+
+    def counted(now_ms: int) -> bool:
+        checks.append(now_ms - WALL_MS)
+        return bool(real_maybe_flush(now_ms))
+    log.maybe_flush = counted
+
+    def recovery_point_at(after_ms: int) -> int:
+        clock.set_wall_ms(WALL_MS + after_ms)
+        node.run_turns()
+        node.quiesce()
+        node.ask(shard, GetStats())
+        return int(log.recovery_point)
+
+    assert recovery_point_at(20_000) == 0
+    assert recovery_point_at(17_000) == 0  # 3 s back
+    assert checks == []
+    assert recovery_point_at(30_000) == 1 and checks == [30_000]
+    log.append_as_leader(build_batch([b"b"], timestamps_ms=[WALL_MS]), 0, WALL_MS + 30_000)
+    assert recovery_point_at(34_000) == 1
+    assert recovery_point_at(31_000) == 1  # 3 s back
+    if interval_ms == 5_000:
+        assert recovery_point_at(36_000) == 2 and checks == [30_000, 36_000]
+    else:
+        assert recovery_point_at(600_000) == 1
+        assert recovery_point_at(-5_000) == 1  # behind the start
+        assert checks == [30_000]

@@ -36,7 +36,7 @@ from kafka.admin import ConfigResource as KConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
 
 from tests.broker.conftest import BrokerProcess
-from tests.broker.rawclient import METADATA, RawClient
+from tests.broker.rawclient import DESCRIBE_CONFIGS, METADATA, RawClient
 
 pytestmark = [pytest.mark.clients, pytest.mark.multiprocess]
 
@@ -215,9 +215,11 @@ def test_describe_configs_gives_each_value_its_true_source_and_type(
     # segment.ms falls back to log.roll.ms, which the broker's config file sets
     assert entries["segment.ms"].value == "3600000"
     assert entries["segment.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
-    # log.roll.ms has no default of its own (Kafka's null): no DEFAULT_CONFIG synonym
+    # log.roll.ms has no default of its own (Kafka's null): the DEFAULT_CONFIG synonym is
+    # log.roll.hours's, Kafka's order (DynamicBrokerConfig.brokerConfigSynonyms)
     assert [(s.name, s.source) for s in entries["segment.ms"].synonyms.values()] == [
-        ("log.roll.ms", ConfigSource.STATIC_BROKER_CONFIG.value)]
+        ("log.roll.ms", ConfigSource.STATIC_BROKER_CONFIG.value),
+        ("log.roll.hours", ConfigSource.DEFAULT_CONFIG.value)]
     assert entries["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     assert not entries["retention.ms"].is_read_only
 
@@ -297,6 +299,72 @@ def test_broker_and_topic_configs_answer_kafkas_retention_chain_and_names(
     assert chain(retention) == retention_chain
     own = topics["chain-own"]["retention.ms"]
     assert chain(own) == [("retention.ms", "1000", "DYNAMIC_TOPIC_CONFIG"), *retention_chain]
+
+
+def test_the_cluster_default_broker_resource_has_only_dynamic_defaults(
+        broker: BrokerProcess) -> None:
+    """Kafka's ConfigHelper answers the broker resource '' (the cluster-wide defaults) with
+    the dynamic defaults only (DYNAMIC_DEFAULT_BROKER_CONFIG); actorlog's broker configs are
+    static, so there are none: an empty list, no error, while broker '1' has every key.
+    (confluent-kafka and kafka-python both refuse an empty broker name before sending, so
+    the request goes on the wire from the raw client, as Kafka's own AdminClient sends it.)"""
+    resources = [{"resource_type": 4, "resource_name": n, "configuration_keys": None}
+                 for n in ("", "1")]
+    with RawClient(broker.port) as client:
+        response = client.call(DESCRIBE_CONFIGS, 4, {
+            "resources": resources, "include_synonyms": True, "include_documentation": False})
+    defaults, own = response.results
+    assert (defaults.error_code, defaults.resource_name, defaults.configs) == (0, "", [])
+    names = {c.name for c in own.configs}
+    assert own.error_code == 0 and {"log.retention.hours", "log.roll.hours"} <= names
+
+
+def test_log_roll_hours_and_a_negative_retention_as_kafka_takes_them(tmp_path: Path) -> None:
+    """log.roll.hours gives segment.ms when log.roll.ms is not set (KafkaConfig.
+    logRollTimeMillis), with Kafka's synonyms; a log.retention.ms below -1 is no time limit
+    (logRetentionTimeMillis: negative is -1), shown as given on the broker key, -1 on the
+    topic's retention.ms."""
+    config = {k: v for k, v in BROKER_CONFIG.items() if k != "log.roll.ms"}
+    b = BrokerProcess(tmp_path / "data", config={
+        **config, "log.roll.hours": 2, "log.retention.ms": -5}).start()
+    kadmin = new_kadmin(b)
+    try:
+        create(kadmin, "by-hours", 1)
+
+        def chain(entry: dict[str, Any]) -> list[tuple[str, str | None, str]]:
+            return [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]]
+
+        static, default = "STATIC_BROKER_CONFIG", "DEFAULT_CONFIG"
+        got = kadmin.describe_configs(
+            [KConfigResource(ConfigResourceType.BROKER, "1"),
+             KConfigResource(ConfigResourceType.TOPIC, "by-hours")],
+            include_synonyms=True, config_filter="all")
+        brokers, topic = got["broker"]["1"], got["topic"]["by-hours"]
+        hours = brokers["log.roll.hours"]
+        assert (hours["value"], hours["config_source"], hours["config_type"]) == (
+            "2", static, "INT")
+        assert chain(hours) == [("log.roll.hours", "2", static),
+                                ("log.roll.hours", "168", default)]
+        roll = brokers["log.roll.ms"]  # not set, no default: null, Kafka's drop leaves none
+        assert (roll["value"], roll["config_source"], chain(roll)) == (None, default, [])
+        segment = topic["segment.ms"]
+        assert (segment["value"], segment["config_source"], chain(segment)) == (
+            "7200000", default, [])
+        retention_chain = [("log.retention.ms", "-5", static),
+                           ("log.retention.hours", "24", static),
+                           ("log.retention.hours", "168", default)]
+        ms = brokers["log.retention.ms"]
+        assert (ms["value"], ms["config_source"], chain(ms)) == ("-5", static, retention_chain)
+        retention = topic["retention.ms"]
+        assert (retention["value"], retention["config_source"], chain(retention)) == (
+            "-1", static, retention_chain)
+        # the topic key keeps Kafka's atLeast(-1)
+        out = kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "by-hours",
+                                                    {"retention.ms": "-2"})])
+        assert "InvalidConfigurationError" in out["topic"]["by-hours"], out
+    finally:
+        kadmin.close()
+        assert b.stop() == 0, b.log()[-3000:]
 
 
 def test_subtracting_the_last_cleanup_policy_leaves_it_empty(

@@ -163,6 +163,7 @@ EFFECTS: dict[str, list[str]] = {
     "message.max.bytes": ["tests/broker/test_limits.py::test_batch_over_message_max_bytes"],
     "log.segment.bytes": [f"{HERE}::test_segments_roll_by_size_and_by_time"],
     "log.roll.ms": [f"{HERE}::test_segments_roll_by_size_and_by_time"],
+    "log.roll.hours": [f"{HERE}::test_log_roll_hours_stands_in_for_roll_ms"],
     "log.retention.bytes": [f"{HERE}::test_retention_by_size_and_by_time"],
     "log.retention.ms": [f"{HERE}::test_retention_by_size_and_by_time"],
     "log.retention.minutes": [f"{HERE}::test_retention_minutes_and_hours_stand_in_for_ms"],
@@ -172,6 +173,10 @@ EFFECTS: dict[str, list[str]] = {
     "log.index.size.max.bytes": [f"{HERE}::test_segments_roll_when_their_index_is_full"],
     "log.flush.interval.messages": [f"{HERE}::test_flush_by_messages_and_by_time"],
     "log.flush.interval.ms": [f"{HERE}::test_flush_by_messages_and_by_time"],
+    "log.flush.scheduler.interval.ms": [
+        f"{HERE}::test_flush_scheduler_interval_is_how_often_flush_ms_is_checked"],
+    "log.initial.task.delay.ms": [
+        f"{HERE}::test_flush_scheduler_interval_is_how_often_flush_ms_is_checked"],
     "log.message.timestamp.type": [f"{HERE}::test_log_append_time_stamps_the_batches"],
     "log.message.timestamp.before.max.ms": [
         f"{TSBOUNDS}::test_broker_keys_are_the_topics_defaults"],
@@ -371,6 +376,10 @@ TUNED: dict[str, Any] = {
     "log.retention.minutes": 60,
     "log.retention.hours": 10_000,
     "log.retention.check.interval.ms": 500,
+    "log.roll.hours": 1,  # log.roll.ms not set: the hours give it
+    # log.flush.interval.ms not set: this gives it too (Kafka's logFlushIntervalMs)
+    "log.flush.scheduler.interval.ms": 300,
+    "log.initial.task.delay.ms": 0,  # the first flush check at once
 }
 
 
@@ -386,6 +395,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory, ipc_base: str) -> Iterator[R
 LOGS: dict[str, Any] = {
     "log.segment.bytes": 1024,
     "log.roll.ms": 60_000,
+    "log.roll.hours": 10_000,  # log.roll.ms set: it wins (Kafka's logRollTimeMillis)
     "log.retention.bytes": 4096,
     "log.retention.ms": 3_600_000,
     "log.retention.check.interval.ms": 500,
@@ -393,6 +403,8 @@ LOGS: dict[str, Any] = {
     "log.index.size.max.bytes": 96,
     "log.flush.interval.messages": 1,
     "log.flush.interval.ms": 200,
+    "log.flush.scheduler.interval.ms": 100,  # the check that finds flush.ms passed
+    "log.initial.task.delay.ms": 0,
     "log.message.timestamp.type": "LogAppendTime",
 }
 NEVER = str(2**63 - 1)
@@ -717,6 +729,20 @@ def test_retention_minutes_and_hours_stand_in_for_ms(tuned: Running, strict: Run
                      "time retention by the minutes or hours")
 
 
+def test_log_roll_hours_stands_in_for_roll_ms(tuned: Running) -> None:
+    """tuned: log.roll.hours = 1, log.roll.ms not set. Batches stamped two hours apart
+    roll the segment, half an hour apart do not (stamped ahead: retention keeps them)."""
+    start = int(time.time() * 1000) + 60_000
+    with tuned.client() as client:
+        for topic, gap in (("roll-hours", 2 * 3_600_000), ("roll-half-hours", 1_800_000)):
+            assert create(client, topic, configs={"retention.ms": "-1",
+                                                  **CREATE_TIME}).error_code == 0
+            produce_batches(client, topic, 3, size=10,
+                            timestamp_ms=lambda i, gap=gap: start + i * gap)
+    assert segment_count(tuned, "roll-hours") == 3
+    assert segment_count(tuned, "roll-half-hours") == 1
+
+
 def test_flush_by_messages_and_by_time(logs: Running) -> None:
     with logs.client() as client:
         topics = {"flush-count": {"flush.ms": NEVER},  # only log.flush.interval.messages = 1
@@ -734,6 +760,53 @@ def test_flush_by_messages_and_by_time(logs: Running) -> None:
     wait_for(lambda: recovery("flush-count") == 2 and recovery("flush-time") == 2,
                "recovery points at the log end")
     assert recovery("flush-none") == 0  # with neither key it was never flushed
+
+
+def test_flush_scheduler_interval_is_how_often_flush_ms_is_checked(
+        tuned: Running, tmp_path: Path) -> None:
+    """Kafka's log flusher runs log.initial.task.delay.ms after the start, then every
+    log.flush.scheduler.interval.ms (default: never, the first run the only one); the
+    interval also stands in for log.flush.interval.ms when that is not set. tuned: 300 ms
+    (no delay), the interval not set: a log left idle is flushed. A broker of
+    log.flush.interval.ms 2 s, a delay of 12 s, no scheduler interval: a record appended at
+    once is unflushed while the delay runs, flushed by that one check, and one appended
+    after it stays unflushed, idle; the next append, past 2 s, flushes it (actorlog also
+    checks flush.ms at each append, which Kafka does not)."""
+    def recovery(running: Running, topic: str) -> int:
+        path = running.data_dir / "recovery-point-offset-checkpoint"
+        return read_offset_checkpoint(path).get((topic, 0), -1) if path.exists() else -1
+
+    configs = {"retention.ms": "-1", "retention.bytes": "-1"}
+    with tuned.client() as client:
+        assert create(client, "flush-checked", configs=configs).error_code == 0
+        produce_batches(client, "flush-checked", 2, size=10)
+    wait_for(lambda: recovery(tuned, "flush-checked") == 2, "the checked log flushed")
+
+    before_start = time.monotonic()  # the shard starts later: its check is due after +12 s
+    delayed = Running(tmp_path / "data", {"log.flush.interval.ms": 2000,
+                                          "log.initial.task.delay.ms": 12000,
+                                          "log.flush.offset.checkpoint.interval.ms": 300})
+    try:
+        with delayed.client() as client:
+            assert create(client, "flush-delayed", configs=configs).error_code == 0
+            produce_batches(client, "flush-delayed", 1, size=10)
+            produced = time.monotonic()
+            wait_for(lambda: recovery(delayed, "flush-delayed") == 0, "its first checkpoint")
+            # the record must be older than flush.ms (2 s) at the check (+12 s from the
+            # shard's start, later than before_start), with a margin
+            if produced - before_start > 8:
+                pytest.skip("this host took over 8 s to start a broker and take a record")
+            time.sleep(max(0.0, produced + 3 - time.monotonic()))  # flush.ms passed
+            if time.monotonic() - before_start < 11.5:  # still inside the delay
+                assert recovery(delayed, "flush-delayed") == 0
+            wait_for(lambda: recovery(delayed, "flush-delayed") == 1, "the one check's flush")
+            produce_batches(client, "flush-delayed", 1, size=10)
+            time.sleep(3)  # > flush.ms and the checkpoint interval: no check comes
+            assert recovery(delayed, "flush-delayed") == 1
+            produce_batches(client, "flush-delayed", 1, size=10)
+        wait_for(lambda: recovery(delayed, "flush-delayed") == 3, "flushed by the append")
+    finally:
+        delayed.broker.stop()
 
 
 def test_log_append_time_stamps_the_batches(logs: Running) -> None:

@@ -83,6 +83,10 @@ CASES: dict[str, Case] = {
         ["--config", "{base}/c.toml"], 2,
         ["c.toml: log.retention.minutes = 0", "delete every segment"],
         setup=_write("c.toml", '"log.retention.minutes" = 0\n"log.retention.hours" = 5\n')),
+    "roll of 0 hours": Case(
+        ["--config", "{base}/c.toml"], 2,
+        ["c.toml: log.roll.hours = 0", "out of range", "from 1", "default 168"],
+        setup=_write("c.toml", '"log.roll.hours" = 0\n')),
     "config choice": Case(
         ["--config", "{base}/c.toml"], 2,
         ["actor.threads", "'many'", "'single', 'shared', 'dedicated'"],

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from actors.apis.configs import describe_broker_configs
 from actors.core.group_state import OffsetDeleteResponse
 from actors.core.group_types import DeleteGroupsResponse
 from actors.core.offsets_codec import OffsetCommitKey, decode_record
@@ -26,6 +27,7 @@ from actors.core.topic_config import (
     ConfigSource,
     ConfigType,
     DescribedConfig,
+    broker_synonyms,
     broker_value_text,
     describe_topic_configs,
     log_config_for,
@@ -141,7 +143,8 @@ def test_described_sources_follow_precedence() -> None:
         roll.values, roll.set_keys, {}, DEFAULTS)}["segment.ms"]
     assert (rolled.value, rolled.source, rolled.synonyms) == (
         "60000", ConfigSource.STATIC_BROKER_CONFIG,
-        (("log.roll.ms", "60000", ConfigSource.STATIC_BROKER_CONFIG),))
+        (("log.roll.ms", "60000", ConfigSource.STATIC_BROKER_CONFIG),
+         ("log.roll.hours", "168", ConfigSource.DEFAULT_CONFIG)))
     assert described["cleanup.policy"].config_type is ConfigType.LIST
     assert Config().set_keys == set()
 
@@ -192,6 +195,63 @@ def test_retention_keys_take_kafkas_precedence_and_synonyms() -> None:
                       "log.retention.hours": 2}).synonyms == (
         ("log.retention.ms", "5", S), ("log.retention.minutes", "3", S),
         ("log.retention.hours", "2", S), ("log.retention.hours", "168", D))
+
+
+def test_roll_keys_take_kafkas_precedence_and_synonyms() -> None:
+    """log.roll.ms over log.roll.hours (KafkaConfig.logRollTimeMillis), synonyms in
+    DynamicBrokerConfig.brokerConfigSynonyms' order; a log.retention.ms below -1 is no
+    limit, as logRetentionTimeMillis takes any negative value, shown as given."""
+    S, D = ConfigSource.STATIC_BROKER_CONFIG, ConfigSource.DEFAULT_CONFIG
+    assert DEFAULTS["log.roll.ms"] is None and DEFAULTS["log.roll.hours"] == 168
+    assert Config().values["log.roll.ms"] == 168 * 3_600_000
+    assert Config({"log.roll.hours": 2}).values["log.roll.ms"] == 7_200_000
+    assert Config({"log.roll.hours": 2, "log.roll.ms": 5}).values["log.roll.ms"] == 5
+    assert Config({"log.roll.ms": 5}).update({"log.roll.hours": 2}).values["log.roll.ms"] == 5
+    for bad in ({"log.roll.hours": 0}, {"log.roll.ms": 0}):  # atLeast(1); require >= 1
+        with pytest.raises(ConfigError, match="out of range"):
+            Config(bad)
+    both = Config({"log.roll.hours": 2, "log.roll.ms": 5})
+    assert broker_synonyms("log.roll.ms", both.given, both.set_keys, DEFAULTS) == [
+        ("log.roll.ms", "5", S), ("log.roll.hours", "2", S), ("log.roll.hours", "168", D)]
+    assert broker_synonyms("log.roll.hours", both.given, both.set_keys, DEFAULTS) == [
+        ("log.roll.hours", "2", S), ("log.roll.hours", "168", D)]
+
+    negative = Config({"log.retention.ms": -5})
+    assert negative.values["log.retention.ms"] == -1 and negative.given["log.retention.ms"] == -5
+    described = {c.name: c for c in describe_topic_configs(
+        negative.values, negative.set_keys, {}, DEFAULTS, given=negative.given)}
+    assert (described["retention.ms"].value, described["retention.ms"].synonyms[0]) == (
+        "-1", ("log.retention.ms", "-5", S))
+
+
+def test_flush_interval_falls_back_to_the_scheduler_interval() -> None:
+    """KafkaConfig.logFlushIntervalMs: log.flush.interval.ms, else
+    log.flush.scheduler.interval.ms (default Long.MAX_VALUE); synonyms in that order."""
+    S, D = ConfigSource.STATIC_BROKER_CONFIG, ConfigSource.DEFAULT_CONFIG
+    assert DEFAULTS["log.flush.interval.ms"] is None
+    assert Config().values["log.flush.interval.ms"] == 2**63 - 1
+    assert Config({"log.flush.scheduler.interval.ms": 200}).values[
+        "log.flush.interval.ms"] == 200
+    both = Config({"log.flush.scheduler.interval.ms": 200, "log.flush.interval.ms": 5})
+    assert both.values["log.flush.interval.ms"] == 5
+    assert broker_synonyms("log.flush.interval.ms", both.given, both.set_keys, DEFAULTS) == [
+        ("log.flush.interval.ms", "5", S), ("log.flush.scheduler.interval.ms", "200", S),
+        ("log.flush.scheduler.interval.ms", str(2**63 - 1), D)]
+    assert broker_synonyms("log.flush.scheduler.interval.ms", both.given, both.set_keys,
+                           DEFAULTS) == [("log.flush.scheduler.interval.ms", "200", S),
+                                         ("log.flush.scheduler.interval.ms", str(2**63 - 1), D)]
+
+
+def test_an_internal_key_is_described_only_when_set() -> None:
+    """log.initial.task.delay.ms is internal in Kafka (defineInternal): its DescribeConfigs
+    names it only when it is set (ConfigHelper.allConfigs)."""
+    def names(config: Config) -> set[str]:
+        return {c.name for c in describe_broker_configs(config)}
+
+    key = "log.initial.task.delay.ms"
+    assert key not in names(Config()) and "log.flush.scheduler.interval.ms" in names(Config())
+    [described] = [c for c in describe_broker_configs(Config({key: 0})) if c.name == key]
+    assert (described.value, described.source) == ("0", ConfigSource.STATIC_BROKER_CONFIG)
 
 
 def test_subtracting_the_last_cleanup_policy_leaves_an_empty_list() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from actors.cli import UserError
 from actors.cli.serve import command as serve_command
-from actors.runtime.config import SPEC, Config, example_toml
+from actors.runtime.config import INTERNAL_KEYS, SPEC, Config, example_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "actorlog.example.toml"
@@ -27,12 +27,16 @@ def test_example_config_is_generated_from_the_spec() -> None:
         "deploy/actorlog.example.toml is stale: run "
         "`actorlog config example --out deploy/actorlog.example.toml`")
     data = tomllib.loads(EXAMPLE.read_text())
-    # every key, in the SPEC's order; one without a default (TOML has no null) commented
-    valued = {k: spec[0] for k, spec in SPEC.items() if spec[0] is not None}
+    # every key, in the SPEC's order; one without a default (TOML has no null) commented,
+    # and an internal one (set, DescribeConfigs would list it, as Kafka's set ones)
+    valued = {k: spec[0] for k, spec in SPEC.items()
+              if spec[0] is not None and k not in INTERNAL_KEYS}
     assert list(data) == list(valued)
     assert {k: v for k, v in data.items()} == valued
-    for key in set(SPEC) - set(valued):
+    for key in set(SPEC) - set(valued) - INTERNAL_KEYS:
         assert f'\n# "{key}" =\n' in EXAMPLE.read_text(), key
+    for key in INTERNAL_KEYS:
+        assert f'\n# "{key}" = ' in EXAMPLE.read_text(), key
     assert Config.load(EXAMPLE).values == Config().values
     text = EXAMPLE.read_text()
     for key, (_default, _kind, meaning) in SPEC.items():

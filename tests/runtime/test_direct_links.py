@@ -160,7 +160,8 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
 
 
 class _CountingSock:
-    """A socket whose reads are counted per readiness (DirectInbound reads only recv)."""
+    """A socket whose reads are counted per readiness (DirectInbound reads with recv, and
+    the rest of a large frame with recv_into)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -169,6 +170,10 @@ class _CountingSock:
     def recv(self, size: int) -> bytes:
         self.reads += 1
         return self.sock.recv(size)
+
+    def recv_into(self, buffer: memoryview) -> int:
+        self.reads += 1
+        return self.sock.recv_into(buffer)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -203,6 +208,44 @@ def test_one_readiness_takes_every_frame_the_stream_holds() -> None:
         inbound.close()
 
 
+def test_a_large_frame_is_read_into_its_own_buffer_in_two_reads() -> None:
+    """A frame larger than a read (a produce batch crossing to another process) is read
+    straight into a buffer of its size once its head is known: the first read and one
+    for all the rest, not a read per READ_BYTES whose pieces are then joined. The small
+    frame behind it still comes whole, in order."""
+    rng = random.Random(5)
+    frames = [(b"shard-1", rng.randbytes(200_000), b"legs"), (b"h", b"small" * 10, None)]
+    stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
+    first = stream[:-20]  # the large frame, and the small one but for its last 20 bytes
+    left, right = socket.socketpair()
+    try:
+        left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        left.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            left.sendall(first)
+        if select.select([right], [], [], 1)[0] and len(right.recv(len(first),
+                                                                   socket.MSG_PEEK)) < len(first):
+            pytest.skip("the socket pair holds less than the frame (net.core.wmem_max)")
+        right.setblocking(False)
+        got: list[tuple[bytes, bytes, bytes | None]] = []
+        inbound = _inbound_of(right, got)
+        counting = _CountingSock(right)
+        inbound.sock = counting  # type: ignore[assignment]
+        inbound.on_readable(0)
+        assert got == frames[:1]
+        # a read with its head, one for all the rest of it, one with the small frame's start
+        assert counting.reads == 3
+        left.sendall(stream[-20:])
+        counting.reads = 0
+        inbound.on_readable(0)
+        assert got == frames
+        assert counting.reads == 2  # the small frame's rest, and one that finds none
+        assert not inbound.buf and inbound.big is None
+    finally:
+        left.close()
+        right.close()
+
+
 def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A peer that keeps writing must not hold the receiving loop: at most
@@ -226,8 +269,7 @@ def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read(
     left.setblocking(True)
     counting = _CountingSock(right)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
-                            lambda _i: None)
+    inbound = _inbound_of(right, got)
     inbound.sock = counting  # type: ignore[assignment]
     inbound.on_readable(0)
     assert counting.reads == direct.READS_PER_TURN  # the loop gets its turn back
@@ -260,8 +302,7 @@ def test_many_small_frames_let_the_loop_go_after_a_turns_worth() -> None:
     writer.start()
     counting = _CountingSock(right)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
-                            lambda _i: None)
+    inbound = _inbound_of(right, got)
     inbound.sock = counting  # type: ignore[assignment]
     try:
         wait_for(lambda: select.select([right], [], [], 0)[0] != [], timeout=10)

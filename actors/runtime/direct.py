@@ -320,8 +320,12 @@ class DirectInbound:
         self.on_closed = on_closed
         self.buf = bytearray()  # the start of a frame the last read cut (its head cut)
         self.need = 0  # bytes ``buf`` must hold before it is parsed (its head whole)
-        self.big: bytearray | None = None  # a frame cut after its head, read into its buffer
+        # A frame a read cut after its head, small or large, read on into a buffer of its
+        # size: only once its announced lengths are checked against the node's limits.
+        self.big: bytearray | None = None
         self.filled = 0  # bytes of ``big`` read so far
+        self.skip = 0  # bytes still on the stream of a frame refused for its announced size
+        self.max_frame = owner.node.max_frame_bytes
         owner.watch_fd(self.fd, self.on_readable, _POLLIN)
 
     def on_readable(self, _mask: int) -> None:
@@ -331,6 +335,19 @@ class DirectInbound:
         them on the same stream waited milliseconds."""
         delivered = 0
         for _ in range(READS_PER_TURN):
+            skip = self.skip
+            if skip:  # the rest of a refused frame: read and dropped, the stream kept in step
+                try:
+                    data = self.sock.recv(min(skip, READ_BYTES))
+                except BlockingIOError:
+                    return
+                except OSError:
+                    data = b""
+                if not data:
+                    self.close()
+                    return
+                self.skip = skip - len(data)
+                continue
             big = self.big
             if big is not None:  # the rest of one large frame, into its buffer
                 wanted = len(big) - self.filled
@@ -396,7 +413,16 @@ class DirectInbound:
             start = at + HEAD_SIZE
             stop = start + t_len + f_len + l_len
             if stop > end:
-                # its head read, the rest still on the stream: into a buffer of its size
+                # its head read, the rest still on the stream: into a buffer of its size,
+                # unless the sizes announced are over the limits (a frame over the node's
+                # frame limit, legs over four times it as ZeroMQ's MAXMSGSIZE; the name's
+                # length is 16 bits): then refused as the gateway refuses one, and its
+                # bytes read and dropped, not buffered (up to 8 GB announced)
+                if f_len > self.max_frame or l_len > 4 * self.max_frame:
+                    self._refuse(data[start:start + t_len] if start + t_len <= end else b"",
+                                 f_len, l_len)
+                    self.skip = stop - end
+                    return count
                 big = self.big = bytearray(stop - at)
                 big[:end - at] = view[at:]
                 self.filled = end - at
@@ -411,7 +437,15 @@ class DirectInbound:
             self.need = HEAD_SIZE
         return count
 
+    def _refuse(self, target: bytes, f_len: int, l_len: int) -> None:
+        self.owner.node.dead_letters.record(
+            f"direct link frame over the limit ({f_len} bytes announced, trace legs "
+            f"{l_len}; limit {self.max_frame} bytes)", receiver=target.decode("utf-8", "replace"))
+
     def close(self) -> None:
+        self.big = None  # a frame read in part: its buffer not kept
+        self.buf = bytearray()
+        self.skip = 0
         if self.fd < 0:
             return
         self.owner.unwatch_fd(self.fd)

@@ -202,7 +202,7 @@ def decode_frame(
 
 
 def decode_frame_full(
-    data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    data: bytes | memoryview, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 ) -> tuple[str, str, str, list[Any], bytes]:
     """(sender node, sender name, receiver name, entries, sender incarnation: b"" when the
     frame has none) of a frame, or :class:`BadFrame`.

@@ -107,36 +107,45 @@ class DirectLink:
     def send(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
         """Write the frame, or queue what the socket does not take; drop it (dead
         letters) if the backlog would pass its cap. Never raises into the sender's loop."""
-        data = pack(target, frame, legs)
-        if self.pending or self.sock is None:
-            size = len(data)
-            # A frame alone over the cap still goes when nothing waits:
-            # actor.max.frame.bytes (16 MiB by default, but up to 2 GiB allowed) bounds
-            # frames already, and a link that refused a legal frame could never carry it.
-            # Once dropping, every frame is dropped until the backlog is under half the
-            # cap: the loss is one run of frames, never a gap between delivered ones.
-            if self.pending and (self.dropping
-                                 or self.pending_bytes + size > self.backlog_max_bytes):
-                self._drop(target, frame)
+        sock = self.sock
+        if sock is not None and not self.pending:
+            # The common case: the socket takes the whole frame at once. Its parts go as
+            # they are, in one sendmsg, not joined first: a produce frame is tens of KB,
+            # and the join was a copy and an allocation of that size for every one.
+            prefix = HEAD.pack(len(target), len(frame), len(legs) if legs else 0) + target
+            parts = (prefix, frame) if legs is None else (prefix, frame, legs)
+            size = len(prefix) + len(frame) + (len(legs) if legs else 0)
+            try:
+                sent = sock.sendmsg(parts)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                data = pack(target, frame, legs)
+                self.pending.append(data)  # never written: it goes once the peer is back
+                self.pending_bytes += size
+                self._gone(exc)
                 return
-            self.pending.append(data)
-            self.pending_bytes += size
-            if self.sock is None:
-                self.connect()
+            if sent < size:  # the rest waits in the backlog, as one piece (it is rare)
+                data = pack(target, frame, legs)
+                self.pending.append(memoryview(data)[sent:] if sent else data)
+                self.pending_bytes += size - sent
+                self._watch()
             return
-        try:
-            sent = self.sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            self.pending.append(data)  # never written: it goes once the peer is back
-            self.pending_bytes += len(data)
-            self._gone(exc)
+        data = pack(target, frame, legs)
+        size = len(data)
+        # A frame alone over the cap still goes when nothing waits:
+        # actor.max.frame.bytes (16 MiB by default, but up to 2 GiB allowed) bounds
+        # frames already, and a link that refused a legal frame could never carry it.
+        # Once dropping, every frame is dropped until the backlog is under half the
+        # cap: the loss is one run of frames, never a gap between delivered ones.
+        if self.pending and (self.dropping
+                             or self.pending_bytes + size > self.backlog_max_bytes):
+            self._drop(target, frame)
             return
-        if sent < len(data):
-            self.pending.append(memoryview(data)[sent:] if sent else data)
-            self.pending_bytes += len(data) - sent
-            self._watch()
+        self.pending.append(data)
+        self.pending_bytes += size
+        if sock is None:
+            self.connect()
 
     def _drop(self, target: bytes, frame: bytes) -> None:
         """The backlog is full: the frame's messages are dead letters, the first of an
@@ -292,18 +301,31 @@ class DirectLink:
 
 
 class DirectInbound:
-    """One accepted stream: reads it and hands each whole frame to ``deliver``."""
+    """One accepted stream: reads it and hands each whole frame to ``deliver``.
+
+    A frame is handed over as a memoryview of the bytes read (the gateway decodes it at
+    once and keeps no reference): a produce frame of tens of KB is not copied out of
+    them. One a read cut after its head (a produce frame larger than a read, mostly) is
+    read on straight into a buffer of its size, its rest in one read when the stream
+    holds it, and handed over from there: not read in ``READ_BYTES`` pieces that were
+    then joined, copied whole and sliced (three copies of each crossing batch)."""
 
     def __init__(self, sock: socket.socket, owner: Actor,
-                 deliver: Callable[[bytes, bytes, bytes | None], None],
+                 deliver: Callable[[bytes, bytes | memoryview, bytes | None], None],
                  on_closed: Callable[[DirectInbound], None]) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.owner = owner
         self.deliver = deliver
         self.on_closed = on_closed
-        self.buf = bytearray()  # the start of a frame the last read cut
-        self.need = 0  # bytes ``buf`` must hold before it is parsed (its frame whole)
+        self.buf = bytearray()  # the start of a frame the last read cut (its head cut)
+        self.need = 0  # bytes ``buf`` must hold before it is parsed (its head whole)
+        # A frame a read cut after its head, small or large, read on into a buffer of its
+        # size: only once its announced lengths are checked against the node's limits.
+        self.big: bytearray | None = None
+        self.filled = 0  # bytes of ``big`` read so far
+        self.skip = 0  # bytes still on the stream of a frame refused for its announced size
+        self.max_frame = owner.node.max_frame_bytes
         owner.watch_fd(self.fd, self.on_readable, _POLLIN)
 
     def on_readable(self, _mask: int) -> None:
@@ -313,6 +335,40 @@ class DirectInbound:
         them on the same stream waited milliseconds."""
         delivered = 0
         for _ in range(READS_PER_TURN):
+            skip = self.skip
+            if skip:  # the rest of a refused frame: read and dropped, the stream kept in step
+                try:
+                    data = self.sock.recv(min(skip, READ_BYTES))
+                except BlockingIOError:
+                    return
+                except OSError:
+                    data = b""
+                if not data:
+                    self.close()
+                    return
+                self.skip = skip - len(data)
+                continue
+            big = self.big
+            if big is not None:  # the rest of one large frame, into its buffer
+                wanted = len(big) - self.filled
+                try:
+                    got = self.sock.recv_into(memoryview(big)[self.filled:])
+                except BlockingIOError:
+                    return
+                except OSError:
+                    got = 0
+                if not got:
+                    self.close()
+                    return
+                self.filled += got
+                if got < wanted:
+                    return  # the stream is drained
+                self.big = None
+                self._deliver_big(big)
+                delivered += 1
+                if self.fd < 0 or delivered >= FRAMES_PER_TURN:
+                    return  # a delivery closed it, or the loop's turn
+                continue
             try:
                 data = self.sock.recv(READ_BYTES)
             except BlockingIOError:
@@ -323,46 +379,73 @@ class DirectInbound:
                 self.close()
                 return
             delivered += self._take(data)
-            if len(data) < READ_BYTES or self.fd < 0:
-                return  # the stream is drained (or a delivery closed it)
+            if self.fd < 0:
+                return  # a delivery closed it
+            if len(data) < READ_BYTES:
+                return  # the stream is drained
             if delivered >= FRAMES_PER_TURN:
                 return  # many small frames: their handlers run this turn; the loop's turn
 
+    def _deliver_big(self, big: bytearray) -> None:
+        t_len, f_len, l_len = HEAD.unpack_from(big, 0)
+        f_at = HEAD_SIZE + t_len
+        l_at = f_at + f_len
+        view = memoryview(big)
+        self.deliver(bytes(view[HEAD_SIZE:f_at]), view[f_at:l_at],
+                     bytes(view[l_at:]) if l_len else None)
+
     def _take(self, data: bytes) -> int:
         """Deliver the whole frames ``data`` completes; keep the rest. How many were."""
-        if self.buf:  # the rest of a frame the last read ended in
+        if self.buf:  # the rest of a frame whose head the last read cut
             self.buf += data
             if len(self.buf) < self.need:
-                return 0  # a large frame: gather it whole before one copy and parse
+                return 0
             data = bytes(self.buf)
+            self.buf = bytearray()
         at = 0
         end = len(data)
         deliver = self.deliver
         unpack = HEAD.unpack_from
+        view = memoryview(data)
         count = 0
         while end - at >= HEAD_SIZE:
             t_len, f_len, l_len = unpack(data, at)
             start = at + HEAD_SIZE
             stop = start + t_len + f_len + l_len
             if stop > end:
-                break
+                # its head read, the rest still on the stream: into a buffer of its size,
+                # unless the sizes announced are over the limits (a frame over the node's
+                # frame limit, legs over four times it as ZeroMQ's MAXMSGSIZE; the name's
+                # length is 16 bits): then refused as the gateway refuses one, and its
+                # bytes read and dropped, not buffered (up to 8 GB announced)
+                if f_len > self.max_frame or l_len > 4 * self.max_frame:
+                    self._refuse(data[start:start + t_len] if start + t_len <= end else b"",
+                                 f_len, l_len)
+                    self.skip = stop - end
+                    return count
+                big = self.big = bytearray(stop - at)
+                big[:end - at] = view[at:]
+                self.filled = end - at
+                return count
             f_at = start + t_len
             l_at = f_at + f_len
-            deliver(data[start:f_at], data[f_at:l_at], data[l_at:stop] if l_len else None)
+            deliver(data[start:f_at], view[f_at:l_at], data[l_at:stop] if l_len else None)
             at = stop
             count += 1
-        if at < end:
-            self.buf = bytearray(data[at:])
-            if end - at >= HEAD_SIZE:
-                t_len, f_len, l_len = unpack(data, at)
-                self.need = HEAD_SIZE + t_len + f_len + l_len
-            else:
-                self.need = HEAD_SIZE
-        elif self.buf:
-            self.buf = bytearray()
+        if at < end:  # a head cut
+            self.buf = bytearray(view[at:])
+            self.need = HEAD_SIZE
         return count
 
+    def _refuse(self, target: bytes, f_len: int, l_len: int) -> None:
+        self.owner.node.dead_letters.record(
+            f"direct link frame over the limit ({f_len} bytes announced, trace legs "
+            f"{l_len}; limit {self.max_frame} bytes)", receiver=target.decode("utf-8", "replace"))
+
     def close(self) -> None:
+        self.big = None  # a frame read in part: its buffer not kept
+        self.buf = bytearray()
+        self.skip = 0
         if self.fd < 0:
             return
         self.owner.unwatch_fd(self.fd)

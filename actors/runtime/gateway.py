@@ -192,7 +192,8 @@ class Gateway(Actor):
             self._accept_failed = False
             self.log.info("direct links: connections accepted again")
 
-    def _deliver_direct(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
+    def _deliver_direct(self, target: bytes, frame: bytes | memoryview,
+                        legs: bytes | None) -> None:
         legs_ns = 0
         if legs is not None:
             if self.node.tracer.enabled:
@@ -319,9 +320,11 @@ class Gateway(Actor):
                         continue
                 self._deliver(target, frame, legs, legs_ns)
 
-    def _deliver(self, target: bytes, frame: bytes, legs: bytes | None, legs_ns: int) -> None:
+    def _deliver(self, target: bytes, frame: bytes | memoryview, legs: bytes | None,
+                 legs_ns: int) -> None:
         """One frame from another node (checked for its size) to its actor here: in memory
-        to an actor of this loop, else to its mailbox. ``legs``: trace legs to record."""
+        to an actor of this loop, else to its mailbox. ``legs``: trace legs to record.
+        ``frame``: a direct link's is a view of the bytes it read, used only in this call."""
         name = target.decode("utf-8", "replace")
         if len(frame) > self.node.max_frame_bytes:
             self.node.dead_letters.record(
@@ -356,7 +359,7 @@ class Gateway(Actor):
                 return
             link = self.node._new_link(Address(self.node.name, name))
             self._fwd[name] = link
-        self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
+        self.node._send_frame(link, Address(self.node.name, name), bytes(frame), waiter=self)
         if legs is not None:
             record_net_legs(self.node.tracer, self.name, legs, legs_ns, self.clock.wall_ns())
 

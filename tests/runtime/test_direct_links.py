@@ -111,10 +111,13 @@ def test_without_direct_peers_the_nodes_use_zeromq(nodes: list[Node], tmp_path: 
 
 
 class _Owner:
-    """What a DirectInbound asks of its loop's actor: descriptors to watch."""
+    """What a DirectInbound asks of its loop's actor: descriptors to watch, the node's
+    frame limit and dead letters."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_frame_bytes: int = 64 << 20) -> None:
         self.watched: set[int] = set()
+        self.node = SimpleNamespace(dead_letters=DeadLetters("a"), metrics=Counters(),
+                                    max_frame_bytes=max_frame_bytes)
 
     def watch_fd(self, fd: int, _handler: object, _events: int) -> None:
         self.watched.add(fd)
@@ -160,7 +163,8 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
 
 
 class _CountingSock:
-    """A socket whose reads are counted per readiness (DirectInbound reads only recv)."""
+    """A socket whose reads are counted per readiness (DirectInbound reads with recv, and
+    the rest of a large frame with recv_into)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -169,6 +173,10 @@ class _CountingSock:
     def recv(self, size: int) -> bytes:
         self.reads += 1
         return self.sock.recv(size)
+
+    def recv_into(self, buffer: memoryview) -> int:
+        self.reads += 1
+        return self.sock.recv_into(buffer)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -203,6 +211,44 @@ def test_one_readiness_takes_every_frame_the_stream_holds() -> None:
         inbound.close()
 
 
+def test_a_large_frame_is_read_into_its_own_buffer_in_one_read_after_its_head() -> None:
+    """A frame larger than a read (a produce batch crossing to another process) is read
+    straight into a buffer of its size once its head is known: the first read and one
+    for all the rest, not a read per READ_BYTES whose pieces are then joined (and a third
+    for the small frame behind it, which still comes whole, in order)."""
+    rng = random.Random(5)
+    frames = [(b"shard-1", rng.randbytes(200_000), b"legs"), (b"h", b"small" * 10, None)]
+    stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
+    first = stream[:-20]  # the large frame, and the small one but for its last 20 bytes
+    left, right = socket.socketpair()
+    try:
+        left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        left.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            left.sendall(first)
+        if select.select([right], [], [], 1)[0] and len(right.recv(len(first),
+                                                                   socket.MSG_PEEK)) < len(first):
+            pytest.skip("the socket pair holds less than the frame (net.core.wmem_max)")
+        right.setblocking(False)
+        got: list[tuple[bytes, bytes, bytes | None]] = []
+        inbound = _inbound_of(right, got)
+        counting = _CountingSock(right)
+        inbound.sock = counting  # type: ignore[assignment]
+        inbound.on_readable(0)
+        assert got == frames[:1]
+        # a read with its head, one for all the rest of it, one with the small frame's start
+        assert counting.reads == 3
+        left.sendall(stream[-20:])
+        counting.reads = 0
+        inbound.on_readable(0)
+        assert got == frames
+        assert counting.reads == 2  # the small frame's rest, and one that finds none
+        assert not inbound.buf and inbound.big is None
+    finally:
+        left.close()
+        right.close()
+
+
 def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A peer that keeps writing must not hold the receiving loop: at most
@@ -226,8 +272,7 @@ def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read(
     left.setblocking(True)
     counting = _CountingSock(right)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
-                            lambda _i: None)
+    inbound = _inbound_of(right, got)
     inbound.sock = counting  # type: ignore[assignment]
     inbound.on_readable(0)
     assert counting.reads == direct.READS_PER_TURN  # the loop gets its turn back
@@ -260,8 +305,7 @@ def test_many_small_frames_let_the_loop_go_after_a_turns_worth() -> None:
     writer.start()
     counting = _CountingSock(right)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
-                            lambda _i: None)
+    inbound = _inbound_of(right, got)
     inbound.sock = counting  # type: ignore[assignment]
     try:
         wait_for(lambda: select.select([right], [], [], 0)[0] != [], timeout=10)
@@ -316,9 +360,6 @@ class _LinkOwner(_Owner):
     clock = SystemClock()
     log = logger
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.node = SimpleNamespace(dead_letters=DeadLetters("a"), metrics=Counters())
 
 
 def _frames_in(stream: bytes) -> list[bytes]:
@@ -606,3 +647,59 @@ def test_a_large_frame_to_a_peer_not_listening_waits_whole(tmp_path: Path) -> No
         listener.close()
     finally:
         link.close(linger_s=0)
+
+
+def test_a_frame_announced_over_the_limit_is_refused_before_any_buffer_and_skipped() -> None:
+    """A head announcing a frame over the node's frame limit (lengths up to 8 GB fit a
+    head) gets no buffer of that size: a dead letter, as the gateway refuses a frame over
+    the limit, and its bytes read and dropped; the frame behind it is delivered whole."""
+    limit = 10_000
+    rng = random.Random(11)
+    over = (b"shard-9", rng.randbytes(300_000), None)
+    good = (b"h", rng.randbytes(5_000), b"legs")
+    stream = pack(*over) + pack(*good)
+    left, right = socket.socketpair()
+    right.setblocking(False)
+    owner = _Owner(max_frame_bytes=limit)
+    got: list[tuple[bytes, bytes, bytes | None]] = []
+    inbound = DirectInbound(right, owner, lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
+                            lambda _i: None)
+    try:
+        left.sendall(stream[:1000])  # its head and name, the read cutting it
+        assert select.select([right], [], [], 5.0)[0]
+        inbound.on_readable(0)
+        assert inbound.big is None and inbound.skip == len(pack(*over)) - 1000
+        dead = owner.node.dead_letters
+        assert [last[2] for last in dead.last] == ["shard-9"]
+        assert "over the limit (300000 bytes announced" in dead.last[0][0]
+        writer = threading.Thread(target=left.sendall, args=(stream[1000:],), daemon=True)
+        writer.start()
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            if select.select([right], [], [], 1.0)[0]:
+                inbound.on_readable(0)
+                assert inbound.big is None or len(inbound.big) <= limit + 100
+        writer.join(5)
+        assert got == [good]
+        assert inbound.skip == 0 and inbound.big is None and not inbound.buf
+        assert len(dead.last) == 1
+    finally:
+        left.close()
+        inbound.close()
+
+
+def test_a_stream_closed_in_the_middle_of_a_frame_keeps_no_buffer_of_it() -> None:
+    """close() with a large frame read in part lets its buffer go."""
+    left, right = socket.socketpair()
+    right.setblocking(False)
+    got: list[tuple[bytes, bytes, bytes | None]] = []
+    inbound = _inbound_of(right, got)
+    try:
+        left.sendall(pack(b"t", b"x" * 200_000, None)[:50_000])
+        assert select.select([right], [], [], 5.0)[0]
+        inbound.on_readable(0)
+        assert inbound.big is not None
+        inbound.close()
+        assert inbound.big is None and not inbound.buf and not got
+    finally:
+        left.close()

@@ -337,14 +337,8 @@ class DirectInbound:
         for _ in range(READS_PER_TURN):
             skip = self.skip
             if skip:  # the rest of a refused frame: read and dropped, the stream kept in step
-                try:
-                    data = self.sock.recv(min(skip, READ_BYTES))
-                except BlockingIOError:
-                    return
-                except OSError:
-                    data = b""
-                if not data:
-                    self.close()
+                data = self._recv(min(skip, READ_BYTES))
+                if data is None:
                     return
                 self.skip = skip - len(data)
                 continue
@@ -369,14 +363,8 @@ class DirectInbound:
                 if self.fd < 0 or delivered >= FRAMES_PER_TURN:
                     return  # a delivery closed it, or the loop's turn
                 continue
-            try:
-                data = self.sock.recv(READ_BYTES)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self.close()
+            data = self._recv(READ_BYTES)
+            if data is None:
                 return
             delivered += self._take(data)
             if self.fd < 0:
@@ -436,6 +424,20 @@ class DirectInbound:
             self.buf = bytearray(view[at:])
             self.need = HEAD_SIZE
         return count
+
+    def _recv(self, size: int) -> bytes | None:
+        """Up to ``size`` bytes read, or None: nothing to read now, or the stream ended
+        (closed here)."""
+        try:
+            data = self.sock.recv(size)
+        except BlockingIOError:
+            return None
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return None
+        return data
 
     def _refuse(self, target: bytes, f_len: int, l_len: int) -> None:
         self.owner.node.dead_letters.record(

@@ -342,6 +342,20 @@ def test_a_node_whose_actor_was_spawned_again_quiesces(nodes: list[Node]) -> Non
     assert node.quiesce(timeout=10)
 
 
+def _linked_checker(nodes: list[Node], name: str,
+                    kind: type[OrderChecker]) -> tuple[Node, Any, Any]:
+    """A node of a Sender "s" and a ``kind`` "checker", each of the sender's and this
+    thread's links to the checker made (one message each, both taken)."""
+    node = Node(name).start()
+    nodes.append(node)
+    sender = node.spawn(Sender, "s")
+    checker = node.spawn(kind, "checker")
+    node.ask(sender, SendSeq(1, name, "checker"))  # the sender's link
+    node.tell(checker, Seq("outside", 0))  # this thread's link
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 2)
+    return node, sender, checker
+
+
 def test_what_is_sent_to_a_stopped_mailbox_is_dead_letters_and_asks_fail_at_once(
         nodes: list[Node]) -> None:
     """Frames sent to an actor's mailbox after it stopped, through links made before
@@ -349,13 +363,7 @@ def test_what_is_sent_to_a_stopped_mailbox_is_dead_letters_and_asks_fail_at_once
     and were lost: no dead letter, and quiesce waited its whole timeout for them. Each
     is a dead letter now, counted by message; an ask through such a link fails at once
     (it waited its timeout); the node still quiesces."""
-    node = Node("stopped-mailbox").start()
-    nodes.append(node)
-    sender = node.spawn(Sender, "s")
-    checker = node.spawn(OrderChecker, "checker")
-    node.ask(sender, SendSeq(1, "stopped-mailbox", "checker"))  # the sender's link
-    node.tell(checker, Seq("outside", 0))  # this thread's link
-    wait_for(lambda: node.ask(checker, GetState())["count"] == 2)
+    node, sender, checker = _linked_checker(nodes, "stopped-mailbox", OrderChecker)
     assert node.stop_actor("checker")
     for i in range(1, 21):
         node.tell(checker, Seq("outside", i))
@@ -392,13 +400,7 @@ def test_what_is_in_a_mailbox_its_stop_did_not_read_is_dead_letters(
     letters, counted by message; an ask among them fails at once, and the node
     quiesces. Here the stop is held in the actor's teardown while an actor of another
     loop (30 messages in one frame) and this thread (20 tells and an ask) send."""
-    node = Node("drained").start()
-    nodes.append(node)
-    sender = node.spawn(Sender, "s")
-    checker = node.spawn(_HeldInTeardown, "checker")
-    node.ask(sender, SendSeq(1, "drained", "checker"))  # the sender's link
-    node.tell(checker, Seq("outside", 0))  # this thread's link
-    wait_for(lambda: node.ask(checker, GetState())["count"] == 2)
+    node, sender, checker = _linked_checker(nodes, "drained", _HeldInTeardown)
     held = node.actors["checker"]
     assert isinstance(held, _HeldInTeardown)
     stopper = threading.Thread(target=node.stop_actor, args=("checker", 30), daemon=True)

@@ -1,0 +1,55 @@
+"""DescribeProducers (API 61, KIP-664) in a cluster of three real nodes, a partition of
+two replicas written by a real idempotent producer: as Kafka's
+ReplicaManager.activeProducerState, the leader and the follower each answer the producer
+from their own log's state (the follower's from the batches it replicated), and the node
+that holds no replica answers NOT_LEADER_OR_FOLLOWER.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.broker.rawclient import RawClient
+from tests.cluster.test_replication import FAST, TOPIC, create_topic, isr_of
+from tests.fixtures.cluster import ClusterNode, wait_for
+from wire.errors import ErrorCode
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
+
+
+def describe(node: ClusterNode) -> tuple[int, list[tuple[int, int, int, int]]]:
+    """(error, [(producer id, epoch, last sequence, open transaction's offset)]) of
+    partition 0, as ``node`` answers."""
+    with RawClient(node.port) as client:
+        reply = client.call(61, 0, {"topics": [{"name": TOPIC, "partition_indexes": [0]}]})
+    [part] = reply.topics[0].partitions
+    return int(part.error_code), sorted(
+        (p.producer_id, p.producer_epoch, p.last_sequence, p.current_txn_start_offset)
+        for p in part.active_producers)
+
+
+def test_leader_and_follower_answer_their_producers_a_node_without_replica_does_not(
+        cluster_factory: Any) -> None:
+    cluster = cluster_factory(config=FAST)
+    create_topic(cluster, partitions=1, rf=2)
+    view = cluster.view().partitions[(TOPIC, 0)]
+    leader = cluster.nodes[view.leader]
+    [follower] = [cluster.nodes[r] for r in view.replicas if r != view.leader]
+    [outsider] = [n for n in cluster.nodes.values() if n.broker_id not in view.replicas]
+    wait_for("both replicas in the ISR", lambda: len(isr_of(cluster)) == 2, 30)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 0})
+    for i in range(4):  # four batches: sequences 0..3
+        producer.produce(TOPIC, f"v{i}".encode(), partition=0)
+        assert producer.flush(30) == 0
+
+    code, producers = describe(leader)
+    assert code == 0 and len(producers) == 1, (code, producers)
+    [(pid, epoch, last_sequence, open_txn)] = producers
+    assert pid >= 0 and epoch >= 0 and last_sequence == 3 and open_txn == -1
+    # acks=all: the follower holds the four batches, and so their producer
+    assert describe(follower) == (0, producers)
+    assert describe(outsider) == (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [])

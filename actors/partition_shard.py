@@ -1832,7 +1832,7 @@ class PartitionShard(Actor):
     def on_describe_producers(self, msg: DescribeProducers) -> None:
         """Kafka's Partition.activeProducerState: every producer the partition's state
         holds, on a leader or a follower (each keeps the state from the batches it
-        appends). The coordinator epoch of a producer's last marker is not kept: -1."""
+        appends); the coordinator epoch is that of the producer's last marker (-1: none)."""
         rows: list[DescribeProducersDoneRow] = []
         for topic, partition in msg.rows:
             state = self.partitions.get((topic, partition))
@@ -1843,7 +1843,8 @@ class PartitionShard(Actor):
             ongoing = producer_state.ongoing_txns
             producers = [
                 ProducerStateRow(pid, entry.producer_epoch, entry.last_seq,
-                                 entry.last_timestamp, -1, ongoing.get(pid, -1))
+                                 entry.last_timestamp, entry.coordinator_epoch,
+                                 ongoing.get(pid, -1))
                 for pid, entry in producer_state.producers.items()]
             # an open transaction whose producer's entry is gone (never expected: an
             # entry with an open transaction does not expire) is still shown

@@ -4,12 +4,14 @@ A real idempotent producer and a real transactional producer (confluent-kafka) w
 the answer, asked with the raw client, names both on each partition they wrote with
 what the partition's log holds (read back with a Fetch of the raw batches: ids,
 epochs, last sequences, last timestamps) and the open transaction's first offset,
-gone once it commits; a partition nobody wrote has no producer; an unknown topic or
+gone once it commits, when the producer's coordinator epoch and last timestamp become
+its commit marker's; a partition nobody wrote has no producer; an unknown topic or
 partition is UNKNOWN_TOPIC_OR_PARTITION, an illegal name INVALID_TOPIC_EXCEPTION.
 """
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
@@ -108,6 +110,24 @@ def test_describe_producers_names_idempotent_and_transactional_producers(
         after = _describe(raw, {topic: [0, 2]})
         for partition in TXN_PARTITIONS:
             producers = _producers(after[(topic, partition)])
-            assert producers[txn_id][4] == -1  # committed: no open transaction
-            assert producers[txn_id][:2] == expected(partition, True)[txn_id][:2]
+            marker = _commit_marker(raw, topic, partition)
+            # committed: no open transaction; the coordinator epoch and the last timestamp
+            # are the marker's
+            assert producers[txn_id] == (marker.producer_epoch,
+                                         expected(partition, True)[txn_id][1],
+                                         marker.max_timestamp, _coordinator_epoch(marker), -1)
             assert producers[idempotent_id] == expected(partition, False)[idempotent_id]
+
+
+def _commit_marker(raw: RawClient, topic: str, partition: int) -> Any:
+    part = raw.fetch(topic, partition, 0)
+    [marker] = [b for b in read_batches(part.records) if b.is_control_batch]
+    return marker
+
+
+def _coordinator_epoch(marker: Any) -> int:
+    """The coordinator epoch the marker's control record carries (version, epoch)."""
+    [record] = list(marker)
+    version, epoch = struct.unpack(">hi", bytes(record.value)[:6])
+    assert version == 0
+    return int(epoch)

@@ -1,5 +1,6 @@
 """DescribeProducers (API 61, KIP-664) in a cluster of three real nodes, a partition of
-two replicas written by a real idempotent producer: as Kafka's
+two replicas written by a real idempotent producer and a real transactional one (its
+transaction committed): as Kafka's
 ReplicaManager.activeProducerState, the leader and the follower each answer the producer
 from their own log's state (the follower's from the batches it replicated), and the node
 that holds no replica answers NOT_LEADER_OR_FOLLOWER.
@@ -20,15 +21,15 @@ from wire.errors import ErrorCode
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
 
 
-def describe(node: ClusterNode) -> tuple[int, list[tuple[int, int, int, int]]]:
-    """(error, [(producer id, epoch, last sequence, open transaction's offset)]) of
-    partition 0, as ``node`` answers."""
+def describe(node: ClusterNode) -> tuple[int, list[tuple[int, int, int, int, int]]]:
+    """(error, [(producer id, epoch, last sequence, coordinator epoch, open transaction's
+    offset)]) of partition 0, as ``node`` answers."""
     with RawClient(node.port) as client:
         reply = client.call(61, 0, {"topics": [{"name": TOPIC, "partition_indexes": [0]}]})
     [part] = reply.topics[0].partitions
     return int(part.error_code), sorted(
-        (p.producer_id, p.producer_epoch, p.last_sequence, p.current_txn_start_offset)
-        for p in part.active_producers)
+        (p.producer_id, p.producer_epoch, p.last_sequence, p.coordinator_epoch,
+         p.current_txn_start_offset) for p in part.active_producers)
 
 
 def test_leader_and_follower_answer_their_producers_a_node_without_replica_does_not(
@@ -46,10 +47,21 @@ def test_leader_and_follower_answer_their_producers_a_node_without_replica_does_
         producer.produce(TOPIC, f"v{i}".encode(), partition=0)
         assert producer.flush(30) == 0
 
+    txn = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "dp-txn",
+                    "linger.ms": 0})
+    txn.init_transactions(60)
+    txn.begin_transaction()
+    txn.produce(TOPIC, b"t", partition=0)
+    txn.commit_transaction(60)
+
     code, producers = describe(leader)
-    assert code == 0 and len(producers) == 1, (code, producers)
-    [(pid, epoch, last_sequence, open_txn)] = producers
-    assert pid >= 0 and epoch >= 0 and last_sequence == 3 and open_txn == -1
-    # acks=all: the follower holds the four batches, and so their producer
-    assert describe(follower) == (0, producers)
+    assert code == 0 and len(producers) == 2, (code, producers)
+    idempotent, transactional = sorted(producers, key=lambda p: p[2], reverse=True)
+    (_pid, epoch, last_sequence, coordinator_epoch, open_txn) = idempotent
+    assert epoch >= 0 and last_sequence == 3 and coordinator_epoch == -1 and open_txn == -1
+    (_pid, epoch, last_sequence, coordinator_epoch, open_txn) = transactional
+    assert last_sequence == 0 and coordinator_epoch >= 0 and open_txn == -1
+    # acks=all (the marker too): the follower holds the batches and the marker, and so
+    # the same producers, its own state built from what it replicated
+    wait_for("the follower's producers", lambda: describe(follower) == (0, producers), 30)
     assert describe(outsider) == (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [])

@@ -131,3 +131,29 @@ def _coordinator_epoch(marker: Any) -> int:
     version, epoch = struct.unpack(">hi", bytes(record.value)[:6])
     assert version == 0
     return int(epoch)
+
+
+def test_kafka_python_admin_describe_producers(broker: BrokerProcess) -> None:
+    """kafka-python's KafkaAdminClient.describe_producers (KIP-664's admin call, sent to
+    the partition's leader): the idempotent producer that wrote the partition."""
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    topic = f"dp-admin-{uuid.uuid4().hex[:8]}"
+    with RawClient(broker.port) as raw:
+        assert raw.create_topic(topic, 2) == 0
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                         "linger.ms": 0})
+    for i in range(5):
+        producer.produce(topic, f"v{i}".encode(), partition=1)
+        assert producer.flush(30) == 0
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=30_000)
+    try:
+        found = admin.describe_producers([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    finally:
+        admin.close()
+    assert found[TopicPartition(topic, 0)].active_producers == []
+    [state] = found[TopicPartition(topic, 1)].active_producers
+    assert (state.last_sequence, state.coordinator_epoch,
+            state.current_transaction_start_offset) == (4, -1, -1)
+    assert state.producer_id >= 0 and state.producer_epoch >= 0 and state.last_timestamp > 0

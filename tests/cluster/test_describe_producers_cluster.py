@@ -65,3 +65,18 @@ def test_leader_and_follower_answer_their_producers_a_node_without_replica_does_
     # the same producers, its own state built from what it replicated
     wait_for("the follower's producers", lambda: describe(follower) == (0, producers), 30)
     assert describe(outsider) == (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [])
+    # kafka-python's admin call, sent to a chosen replica as Kafka's --broker-id
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import NotLeaderForPartitionError
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        found = admin.describe_producers([TopicPartition(TOPIC, 0)], broker_id=follower.broker_id)
+        assert sorted((p.producer_id, p.producer_epoch, p.last_sequence, p.coordinator_epoch,
+                       p.current_transaction_start_offset)
+                      for p in found[TopicPartition(TOPIC, 0)].active_producers) == producers
+        with pytest.raises(NotLeaderForPartitionError):
+            admin.describe_producers([TopicPartition(TOPIC, 0)], broker_id=outsider.broker_id)
+    finally:
+        admin.close()

@@ -31,6 +31,10 @@ from wire.errors import ErrorCode, KafkaError
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+# Kafka answers a topic's error with its ApiError, whose message is the code's own text;
+# a partition's error (activeProducerState) has none
+TOPIC_DENIED_TEXT = "Topic authorization failed."
+UNKNOWN_TOPIC_TEXT = "This server does not host this topic-partition."
 
 
 def _ask(rows: list[TopicPartition]) -> Callable[[int], DescribeProducers]:
@@ -43,9 +47,9 @@ def _topic_error(ctx: HandlerContext, name: str) -> tuple[int, str | None] | Non
     except KafkaError as exc:
         return int(exc.code), str(exc)
     if not ctx.allowed(Operation.READ, ResourceType.TOPIC, name):
-        return TOPIC_DENIED, None
+        return TOPIC_DENIED, TOPIC_DENIED_TEXT
     if ctx.partition_count(name) is None:
-        return UNKNOWN_TP, None
+        return UNKNOWN_TP, UNKNOWN_TOPIC_TEXT
     return None
 
 

@@ -105,6 +105,10 @@ def test_describe_producers_names_idempotent_and_transactional_producers(
             assert answer[key].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             assert list(answer[key].active_producers) == []
         assert answer[("bad name!", 0)].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+        # as Kafka: a topic's error carries its text (ApiError), a partition's none
+        assert answer[("no-such-topic", 0)].error_message == (
+            "This server does not host this topic-partition.")
+        assert answer[(topic, PARTITIONS)].error_message is None
 
         txn.commit_transaction(30)
         after = _describe(raw, {topic: [0, 2]})

@@ -283,7 +283,9 @@ class ProducerStateManager:
         before their timestamps were kept dates a marker at the snapshot's writing (the
         latest it can be). One written before a lost sequence was kept ("lost") has the
         lost entry as one with neither a batch nor a marker; a lost entry undated (written
-        before it was dated by its lost batches) is dated at the snapshot's writing."""
+        before it was dated by its lost batches) is dated at the snapshot's writing. One
+        written before the coordinator epoch was kept ("coord") has -1 (not known) until
+        the producer's next marker (the markers below it are not scanned again)."""
         manager = cls()
         for pid_text, value in json.loads(raw).items():
             pid = int(pid_text)

@@ -73,6 +73,9 @@ from wire.broker_messages import (
     AppendDoneRow,
     CheckpointOffsets,
     CheckpointRow,
+    DescribeProducers,
+    DescribeProducersDone,
+    DescribeProducersDoneRow,
     DropPartitions,
     Flush,
     FollowerAck,
@@ -82,6 +85,7 @@ from wire.broker_messages import (
     ListOffsetsDoneRow,
     OpenPartitions,
     PartitionChanged,
+    ProducerStateRow,
     Read,
     ReadDone,
     ReadDoneRow,
@@ -1823,6 +1827,32 @@ class PartitionShard(Actor):
                 epoch = -1
             rows.append(OffsetForEpochDoneRow(topic, partition, NONE, epoch, end))
         self.reply(OffsetForLeaderEpochDone(msg.req_id, rows))
+
+    @handles(DescribeProducers)
+    def on_describe_producers(self, msg: DescribeProducers) -> None:
+        """Kafka's Partition.activeProducerState: every producer the partition's state
+        holds, on a leader or a follower (each keeps the state from the batches it
+        appends); the coordinator epoch is that of the producer's last marker (-1: none)."""
+        rows: list[DescribeProducersDoneRow] = []
+        for topic, partition in msg.rows:
+            state = self.partitions.get((topic, partition))
+            if state is None:
+                rows.append(DescribeProducersDoneRow(topic, partition, self._not_hosted(), []))
+                continue
+            producer_state = state.log.producer_state
+            ongoing = producer_state.ongoing_txns
+            producers = [
+                ProducerStateRow(pid, entry.producer_epoch, entry.last_seq,
+                                 entry.last_timestamp, entry.coordinator_epoch,
+                                 ongoing.get(pid, -1))
+                for pid, entry in producer_state.producers.items()]
+            # an open transaction whose producer's entry is gone (never expected: an
+            # entry with an open transaction does not expire) is still shown
+            producers.extend(ProducerStateRow(pid, -1, -1, -1, -1, first)
+                             for pid, first in ongoing.items()
+                             if pid not in producer_state.producers)
+            rows.append(DescribeProducersDoneRow(topic, partition, NONE, producers))
+        self.reply(DescribeProducersDone(msg.req_id, rows))
 
     @staticmethod
     def _max_timestamp_offset(log: PartitionLog, visible: int) -> tuple[int, int] | None:

@@ -37,6 +37,7 @@ from actors.apis.configs import (
     handle_describe_configs,
     handle_incremental_alter_configs,
 )
+from actors.apis.describe_producers import handle_describe_producers
 from actors.apis.fetch import handle_fetch
 from actors.apis.groups import (
     handle_describe_groups,
@@ -95,6 +96,7 @@ from wire.broker_messages import (
     AppendDone,
     CreateTopicsDone,
     DeleteTopicsDone,
+    DescribeProducersDone,
     FetchReady,
     GetStats,
     KafkaRequest,
@@ -180,6 +182,7 @@ API_TABLE: dict[int, Any] = {
     ApiKey.TxnOffsetCommit: handle_txn_offset_commit,
     ApiKey.DescribeTransactions: handle_describe_transactions,
     ApiKey.ListTransactions: handle_list_transactions,
+    ApiKey.DescribeProducers: handle_describe_producers,
     ApiKey.DescribeAcls: handle_describe_acls,
     ApiKey.CreateAcls: handle_create_acls,
     ApiKey.DeleteAcls: handle_delete_acls,
@@ -521,7 +524,7 @@ class RequestHandler(Actor):
              OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
              DescribeTxnsDone, ListTxnsDone, ElectLeadersDone, AclsDone, ScramCredentialsDone,
              OffsetForLeaderEpochDone, AlterReassignmentsDone, ListReassignmentsDone,
-             AddPartitionsRefused)
+             AddPartitionsRefused, DescribeProducersDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

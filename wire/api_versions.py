@@ -115,6 +115,8 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.DescribeTransactions, 0, 0),
     # v1 filters by duration; v2's transactional id pattern is not served.
     _entry(ApiKey.ListTransactions, 0, 1),
+    # KIP-664: a partition's active producers (only v0 exists)
+    _entry(ApiKey.DescribeProducers, 0, 0),
 )
 
 ADVERTISED_BY_KEY: dict[int, ApiVersionRange] = {entry.api_key: entry for entry in ADVERTISED}

@@ -634,3 +634,41 @@ class CheckpointOffsets(NamedTuple):
     final: bool
     rows: list[CheckpointRow]
     dropped: list[TopicPartition]
+
+
+# ---------------------------------------------- DescribeProducers (Kafka API 61)
+
+
+class ProducerStateRow(NamedTuple):
+    """One active producer of a partition, as Kafka's DescribeProducers ProducerState
+    (KIP-664): -1 where the partition's state does not know a value."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+class DescribeProducersDoneRow(NamedTuple):
+    """One partition's answer: an error, or its active producers."""
+
+    topic: str
+    partition: int
+    error_code: int
+    producers: list[ProducerStateRow]
+
+
+@message(260)
+class DescribeProducers(NamedTuple):
+    """Handler -> PartitionShard: the active producers of each partition it holds."""
+
+    req_id: int
+    rows: list[TopicPartition]
+
+
+@message(261)
+class DescribeProducersDone(NamedTuple):
+    req_id: int
+    rows: list[DescribeProducersDoneRow]

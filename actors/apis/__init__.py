@@ -2,7 +2,7 @@
 
 Families: ``produce``, ``fetch``, ``list_offsets``, ``offset_for_leader_epoch``,
 ``metadata`` (Metadata, topic creation and deletion, InitProducerId), ``groups``,
-``transactions``, ``configs``
+``transactions``, ``describe_producers`` (DescribeProducers, KIP-664), ``configs``
 (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and ``admin``
 (CreatePartitions, DeleteRecords, DescribeLogDirs, DescribeTopicPartitions,
 DeleteGroups, OffsetDelete), ``acls`` (Describe/Create/DeleteAcls) and ``users``

@@ -4,7 +4,8 @@ The APIs whose every answer is one error when the principal may not act on the
 request's group, transactional id or cluster are answered here, with Kafka's
 codes: GROUP_AUTHORIZATION_FAILED (30), TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 (53), CLUSTER_AUTHORIZATION_FAILED (31). Checks per topic (Produce, Fetch,
-Metadata, ListOffsets, OffsetCommit, OffsetFetch, CreateTopics, DeleteTopics) live in the API
+Metadata, ListOffsets, OffsetCommit, OffsetFetch, CreateTopics, DeleteTopics,
+DescribeProducers) live in the API
 functions, which answer each denied topic with TOPIC_AUTHORIZATION_FAILED (29)
 and serve the rest. Which operation each API needs is Kafka's
 (:mod:`actors.security.api_acls` has the full table).

@@ -65,6 +65,7 @@ from actors.core.transaction_log import (
     CONTROL_COMMIT,
     TRANSACTION_STATE_TOPIC,
     control_batch,
+    control_coordinator_epoch,
     control_type,
 )
 from actors.core.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
@@ -527,21 +528,28 @@ class PartitionLog(_LogBase):
                         self._track_transaction(segment.read(header.position, header.size)
                                                 if header.is_control else b"",
                                                 header, 0, header.base_offset,
-                                                segment.base_offset)
+                                                segment.base_offset, state)
         state.remove_before(self._log_start_offset)
         if self.producer_id_expiration_ms is not None:
             state.remove_expired(now_ms, self.producer_id_expiration_ms)
         self.producer_state = state
 
     def _track_transaction(self, buf: bytes | bytearray | memoryview, header: BatchHeader,
-                           position: int, base_offset: int, segment_base: int) -> None:
-        """A transactional batch opens its producer's transaction; a marker ends it."""
+                           position: int, base_offset: int, segment_base: int,
+                           state: ProducerStateManager | None = None) -> None:
+        """A transactional batch opens its producer's transaction; a marker ends it and
+        gives its producer's entry (in ``state``, the log's own unless a rebuild's) the
+        coordinator epoch it carries."""
         if not header.is_control:
             self.txn_index.on_transactional_batch(header.producer_id, base_offset)
             return
         commit = False
         for record in read_records(buf, header, position):
             commit = control_type(record.key) == CONTROL_COMMIT
+            coordinator_epoch = control_coordinator_epoch(record.value)
+            if coordinator_epoch is not None:
+                (state or self.producer_state).set_coordinator_epoch(
+                    header.producer_id, header.producer_epoch, coordinator_epoch)
             break
         self.txn_index.on_marker(header.producer_id, commit, base_offset, segment_base)
 

@@ -83,6 +83,10 @@ class ProducerStateEntry:
     # brought, whose first batch must be 0. The next batch recorded clears it.
     # Only ever True with no batches, so the C fast path (it needs batches) never takes it.
     sequence_lost: bool = False
+    # The coordinator epoch of the producer's last commit/abort marker here (-1: none yet):
+    # Kafka's ProducerStateEntry.coordinatorEpoch, kept across the producer's epochs as
+    # Kafka keeps it; DescribeProducers answers it.
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -181,7 +185,8 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         if entry is None or entry.producer_epoch != producer_epoch:
             # A new epoch forgets the old epoch's batches: they can no longer be retried.
-            entry = ProducerStateEntry(producer_id, producer_epoch)
+            entry = ProducerStateEntry(producer_id, producer_epoch, coordinator_epoch=(
+                -1 if entry is None else entry.coordinator_epoch))
             self.producers[producer_id] = entry
         entry.batches.append(meta)
         entry.sequence_lost = False
@@ -193,11 +198,20 @@ class ProducerStateManager:
         retries of the same epoch."""
         entry = self.producers.get(producer_id)
         if entry is None or entry.producer_epoch < producer_epoch:
-            entry = ProducerStateEntry(producer_id, producer_epoch)
+            entry = ProducerStateEntry(producer_id, producer_epoch, coordinator_epoch=(
+                -1 if entry is None else entry.coordinator_epoch))
             self.producers[producer_id] = entry
         if entry.producer_epoch == producer_epoch and offset >= entry.marker_offset:
             entry.marker_offset = offset
             entry.marker_timestamp = timestamp
+
+    def set_coordinator_epoch(self, producer_id: int, producer_epoch: int,
+                              coordinator_epoch: int) -> None:
+        """The coordinator epoch a marker of ``producer_epoch`` carried (its control
+        record's value), once the marker is recorded (``update_marker``)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and entry.producer_epoch == producer_epoch:
+            entry.coordinator_epoch = coordinator_epoch
 
     def check_marker_epoch(self, producer_id: int, producer_epoch: int) -> None:
         entry = self.producers.get(producer_id)
@@ -253,6 +267,8 @@ class ProducerStateManager:
             }
             if e.sequence_lost:
                 value["lost"] = True
+            if e.coordinator_epoch >= 0:
+                value["coord"] = e.coordinator_epoch
             data[str(pid)] = value
         for pid, first in self.ongoing_txns.items():
             data.setdefault(str(pid), {"epoch": -1, "batches": []})["txn"] = first
@@ -267,7 +283,9 @@ class ProducerStateManager:
         before their timestamps were kept dates a marker at the snapshot's writing (the
         latest it can be). One written before a lost sequence was kept ("lost") has the
         lost entry as one with neither a batch nor a marker; a lost entry undated (written
-        before it was dated by its lost batches) is dated at the snapshot's writing."""
+        before it was dated by its lost batches) is dated at the snapshot's writing. One
+        written before the coordinator epoch was kept ("coord") has -1 (not known) until
+        the producer's next marker (the markers below it are not scanned again)."""
         manager = cls()
         for pid_text, value in json.loads(raw).items():
             pid = int(pid_text)
@@ -288,6 +306,8 @@ class ProducerStateManager:
                 manager.update_marker(pid, epoch, marker, marker_ts)
             if epoch >= 0 and lost:
                 manager.producers[pid].sequence_lost = True
+            if epoch >= 0 and "coord" in value:
+                manager.producers[pid].coordinator_epoch = int(value["coord"])
         return manager
 
 

@@ -225,6 +225,15 @@ def control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinat
                        attributes=CONTROL_BATCH_ATTRIBUTES)
 
 
+def control_coordinator_epoch(value: bytes | None) -> int | None:
+    """The coordinator epoch a control record's value carries (Kafka's
+    EndTransactionMarker: version 0, then the epoch), None when it has none."""
+    if value is None or len(value) < _CONTROL_VALUE.size:
+        return None
+    version, coordinator_epoch = _CONTROL_VALUE.unpack_from(value)
+    return int(coordinator_epoch) if version >= 0 else None
+
+
 def control_type(key: bytes | None) -> int:
     """CONTROL_COMMIT or CONTROL_ABORT from a control record's key."""
     if key is None or len(key) < _CONTROL_KEY.size:

@@ -133,6 +133,8 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
     # Kafka: Describe on each transactional id; ListTransactions leaves out the others
     ApiKey.DescribeTransactions: (_txn(Op.DESCRIBE),),
     ApiKey.ListTransactions: (_txn(Op.DESCRIBE, denied=HIDE),),
+    # KIP-664: Read on each topic (checked in actors/apis/describe_producers.py)
+    ApiKey.DescribeProducers: (_topic(Op.READ),),
     ApiKey.DescribeAcls: (_cluster(Op.DESCRIBE),),
     ApiKey.CreateAcls: (_cluster(Op.ALTER),),
     ApiKey.DeleteAcls: (_cluster(Op.ALTER),),

@@ -154,3 +154,32 @@ def test_lso_and_index_match_a_model(tmp_path: Path, ops: list[tuple[str, int]])
                for a in current.aborted_transactions(0, 1 << 40)]
         assert got == aborted
     current.close(0)
+
+
+def test_a_producers_coordinator_epoch_is_its_last_markers_and_survives_restarts(
+        tmp_path: Path) -> None:
+    """Kafka's ProducerStateEntry.coordinatorEpoch (DescribeProducers answers it): -1
+    before any marker, the epoch the last marker's control record carries, kept when the
+    producer's epoch moves on; read back from the snapshot of a clean close and, without
+    one, from the markers in the log."""
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(5, 0), 0, 0)
+    assert log.producer_state.producers[5].coordinator_epoch == -1
+    log.append_control(5, 0, True, 7, 0, 0)
+    assert log.producer_state.producers[5].coordinator_epoch == 7
+    log.append_as_leader(txn_batch(5, 0, epoch=1), 0, 0)   # a new epoch keeps it
+    assert log.producer_state.producers[5].coordinator_epoch == 7
+    log.append_control(5, 1, False, 9, 0, 0)
+    log.append_as_leader(txn_batch(6, 0), 0, 0)            # another producer, no marker
+    assert {pid: e.coordinator_epoch for pid, e in log.producer_state.producers.items()} == {
+        5: 9, 6: -1}
+    log.close(0)
+    again = open_log(tmp_path)                              # from the snapshot
+    assert {pid: e.coordinator_epoch for pid, e in again.producer_state.producers.items()} == {
+        5: 9, 6: -1}
+    again.close_without_flush()
+    for snapshot in (tmp_path / "t-0").glob("*.snapshot"):
+        snapshot.unlink()
+    scanned = open_log(tmp_path)                            # from the log's markers
+    assert {pid: e.coordinator_epoch for pid, e in scanned.producer_state.producers.items()} == {
+        5: 9, 6: -1}

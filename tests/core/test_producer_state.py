@@ -320,6 +320,19 @@ def test_a_snapshot_without_marker_timestamps_dates_them_at_its_writing() -> Non
     assert copy.remove_expired(T + EXPIRATION_MS, EXPIRATION_MS) == [7]
 
 
+def test_a_snapshot_keeps_the_coordinator_epoch_and_one_from_before_has_none() -> None:
+    """The coordinator epoch ("coord") survives a snapshot's round trip; a snapshot written
+    before it was kept has -1 (not known) until the producer's next marker: the markers
+    below a snapshot are not scanned again."""
+    state = ProducerStateManager()
+    state.update_marker(7, 3, 4, T)
+    state.producers[7].coordinator_epoch = 9
+    assert ProducerStateManager.from_json(state.to_json(), 5, T).producers[7] \
+        .coordinator_epoch == 9
+    older = ProducerStateManager.from_json(b'{"7":{"epoch":3,"batches":[],"marker":4}}', 5, T)
+    assert older.producers[7].coordinator_epoch == -1
+
+
 def test_a_snapshot_from_before_lost_sequences_dates_the_lost_entry_at_its_writing(
 ) -> None:
     """A snapshot written before "lost" was kept holds a lost entry as one with neither

@@ -462,6 +462,35 @@ def test_offset_for_leader_epoch_needs_describe_on_the_topic_or_cluster_action(
             future.result(timeout=15)
 
 
+def test_describe_producers_needs_read_on_the_topic(node: tuple[BrokerProcess, str]) -> None:
+    """Kafka's handleDescribeProducersRequest (KIP-664): Read on each topic, else 29 for
+    each of its partitions, checked before the topic's existence (Describe is not enough)."""
+    from tests.broker.rawclient import RawClient
+
+    broker, anonymous = node
+    admin = _admin(broker)
+    stamp = time.time_ns()
+    readable, described = f"producers-read-{stamp}", f"producers-describe-{stamp}"
+    for future in admin.create_topics([NewTopic(readable, 2, 1),
+                                       NewTopic(described, 1, 1)]).values():
+        future.result(timeout=15)
+    for future in admin.create_acls(
+            [_allow(readable, AclOperation.READ, "User:ANONYMOUS"),
+             _allow(described, AclOperation.DESCRIBE, "User:ANONYMOUS")],
+            request_timeout=15).values():
+        future.result(timeout=15)
+    with RawClient(int(anonymous.rsplit(":", 1)[1])) as client:
+        response = client.call(61, 0, {"topics": [
+            {"name": readable, "partition_indexes": [0, 1, 2]},
+            {"name": described, "partition_indexes": [0]},
+            {"name": f"producers-missing-{stamp}", "partition_indexes": [0]}]})
+    assert [(t.name, [(p.partition_index, p.error_code, list(p.active_producers))
+                      for p in t.partitions]) for t in response.topics] == [
+        (readable, [(0, 0, []), (1, 0, []), (2, 3, [])]),
+        (described, [(0, 29, [])]),
+        (f"producers-missing-{stamp}", [(0, 29, [])])]
+
+
 def test_authorized_operations_are_those_the_acls_allow(node: tuple[BrokerProcess, str]) -> None:
     """include_authorized_operations of describe_cluster (DescribeCluster), describe_topics
     (Metadata) and describe_consumer_groups (DescribeGroups): Kafka answers the bit field of

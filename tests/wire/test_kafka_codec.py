@@ -782,6 +782,13 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
          "transaction_timeout_ms": 60000, "transaction_start_time_ms": 1700000000000,
          "producer_id": 4000, "producer_epoch": 3,
          "topics": [{"topic": "orders", "partitions": [0, 2]}]}]},
+    61: {"throttle_time_ms": 0, "topics": [{"name": "orders", "partitions": [
+        {"partition_index": 0, "error_code": 0, "error_message": None, "active_producers": [
+            {"producer_id": 4000, "producer_epoch": 3, "last_sequence": 9,
+             "last_timestamp": 1700000000000, "coordinator_epoch": -1,
+             "current_txn_start_offset": 42}]},
+        {"partition_index": 7, "error_code": 3, "error_message": None,
+         "active_producers": []}]}]},
     66: {"throttle_time_ms": 0, "error_code": 0, "unknown_state_filters": ["Bogus"],
          "transaction_states": [{"transactional_id": "app-1", "producer_id": 4000,
                                  "transaction_state": "Ongoing"}]},

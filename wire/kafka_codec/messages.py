@@ -45,6 +45,8 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     ListTransactionsRequest,
@@ -202,6 +204,7 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.TxnOffsetCommit: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     ApiKey.DescribeTransactions: (DescribeTransactionsRequest, DescribeTransactionsResponse),
     ApiKey.ListTransactions: (ListTransactionsRequest, ListTransactionsResponse),
+    ApiKey.DescribeProducers: (DescribeProducersRequest, DescribeProducersResponse),
 }
 
 _API_VERSIONS = int(ApiKey.ApiVersions)

@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 
 from tests.broker.rawclient import RawClient, read_batches
 from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.waiting import wait_for
 from wire.errors import ErrorCode
 
 pytestmark = [pytest.mark.num_processes(1, 2), pytest.mark.clients]
@@ -111,7 +112,10 @@ def test_describe_producers_names_idempotent_and_transactional_producers(
         assert answer[(topic, PARTITIONS)].error_message is None
 
         txn.commit_transaction(30)
-        after = _describe(raw, {topic: [0, 2]})
+        # EndTxn answers once the commit is decided; the coordinator writes the markers
+        # after that (Kafka's too), so wait for them to close the open transactions
+        after = wait_for(lambda: _closed(_describe(raw, {topic: [0, 2]}), topic, txn_id),
+                         "the commit markers on partitions 0 and 2", timeout=30)
         for partition in TXN_PARTITIONS:
             producers = _producers(after[(topic, partition)])
             marker = _commit_marker(raw, topic, partition)
@@ -121,6 +125,14 @@ def test_describe_producers_names_idempotent_and_transactional_producers(
                                          expected(partition, True)[txn_id][1],
                                          marker.max_timestamp, _coordinator_epoch(marker), -1)
             assert producers[idempotent_id] == expected(partition, False)[idempotent_id]
+
+
+def _closed(answer: dict[tuple[str, int], Any], topic: str,
+            txn_id: int) -> dict[tuple[str, int], Any] | None:
+    """``answer`` if the transactional producer has no open transaction on any of
+    TXN_PARTITIONS (its commit marker written there), else None."""
+    return answer if all(_producers(answer[(topic, p)])[txn_id][4] == -1
+                         for p in TXN_PARTITIONS) else None
 
 
 def _commit_marker(raw: RawClient, topic: str, partition: int) -> Any:

@@ -54,8 +54,14 @@ def test_leader_and_follower_answer_their_producers_a_node_without_replica_does_
     txn.produce(TOPIC, b"t", partition=0)
     txn.commit_transaction(60)
 
-    code, producers = describe(leader)
-    assert code == 0 and len(producers) == 2, (code, producers)
+    # EndTxn answers once the commit is decided; the coordinator writes the markers after
+    # that (Kafka's too): wait for the leader's marker to close the transaction
+    def committed() -> list[tuple[int, int, int, int, int]] | None:
+        code, producers = describe(leader)
+        assert code == 0 and len(producers) == 2, (code, producers)
+        return producers if all(p[4] == -1 for p in producers) else None
+
+    producers = wait_for("the commit marker on the leader", committed, 30)
     idempotent, transactional = sorted(producers, key=lambda p: p[2], reverse=True)
     (_pid, epoch, last_sequence, coordinator_epoch, open_txn) = idempotent
     assert epoch >= 0 and last_sequence == 3 and coordinator_epoch == -1 and open_txn == -1

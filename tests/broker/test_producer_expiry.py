@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from tests.broker.rawclient import INIT_PRODUCER_ID, RawClient, record_batch, wait_for_log
+from tests.broker.test_transactions import wait_complete
 from tests.fixtures.broker import BrokerProcess
 
 pytestmark = [pytest.mark.clients]
@@ -158,8 +159,9 @@ def test_an_open_transaction_keeps_its_producer_while_an_idempotent_one_expires(
 
     idem = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True,
                      "linger.ms": 0})
+    txn_id = f"expiry-{uuid.uuid4()}"
     txn = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0,
-                    "transactional.id": f"expiry-{uuid.uuid4()}"})
+                    "transactional.id": txn_id})
     txn.init_transactions(30)
     txn.begin_transaction()
     txn.produce(topic, b"t0", partition=0, on_delivery=delivered)
@@ -183,6 +185,7 @@ def test_an_open_transaction_keeps_its_producer_while_an_idempotent_one_expires(
     txn.produce(topic, b"t1", partition=0, on_delivery=delivered)
     txn.commit_transaction(30)
     assert failures == []
+    wait_complete(b.port, txn_id)  # the marker comes after the answer; read_committed stops
     assert read_committed(b.bootstrap, topic) == [
         b"t0", b"i0", b"i1", b"i2", *(b"%d" % i for i in range(5)), b"i3", b"i4", b"i5",
         b"t1"]

@@ -97,6 +97,19 @@ def values(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}{i}".encode() for i in range(n)]
 
 
+def wait_complete(port: int, txn_id: str) -> None:
+    """Until the broker at ``port`` (the coordinator of ``txn_id``) says CompleteCommit:
+    EndTxn is answered once the commit is decided (PrepareCommit written, as in Kafka) and
+    the markers are written after that answer, so a read_committed read right after
+    commit_transaction may stop at the last stable offset, before its records."""
+    with RawClient(port) as raw:
+        def reached() -> bool:
+            reply = raw.call(DESCRIBE_TXNS, 0, {"transactional_ids": [txn_id]})
+            return bool(reply.transaction_states[0].transaction_state == "CompleteCommit")
+
+        wait_for(reached, f"the markers of {txn_id}'s commit")
+
+
 # ----------------------------------------------------------------- commit / abort
 
 
@@ -128,6 +141,7 @@ def test_confluent_commit_and_abort_through_each_isolation_level(
     # 10 committed + marker + 10 aborted + marker: the open transaction starts at 22
     assert (low, committed_high, high) == (0, 22, 27)
     p.commit_transaction(30)
+    wait_complete(txn_broker.port, "commit-abort")
     assert read_all(bs, "t-commit", "read_committed") == values("c", 10) + values("o", 5)
     assert watermarks(bs, "t-commit", "read_committed") == (0, 28)
 
@@ -206,6 +220,7 @@ def test_a_zombie_with_the_older_epoch_is_fenced(txn_broker: BrokerProcess) -> N
     error = info.value.args[0]
     assert error.fatal() or error.txn_requires_abort(), error
     assert error.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"), error
+    wait_complete(txn_broker.port, "zombie")  # the successor's commit marker
     assert read_all(bs, "t-zombie", "read_committed") == [b"from-successor"]
 
 
@@ -236,6 +251,7 @@ def test_a_transaction_past_its_timeout_is_aborted(txn_broker: BrokerProcess) ->
     other.begin_transaction()
     other.produce("t-timeout", b"on-time")
     other.commit_transaction(30)
+    wait_complete(txn_broker.port, "after-timeout")
     assert read_all(bs, "t-timeout", "read_committed") == [b"on-time"]
     with pytest.raises(KafkaException):
         slow.commit_transaction(10)
@@ -412,6 +428,8 @@ def test_consume_transform_produce_killed_mid_transaction_outputs_exactly_once(
     again = _start_worker(bs, total, tmp_path / "worker.log")
     again.communicate(timeout=150)
     assert again.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
+    # its last act was a commit, whose markers may still be on their way
+    wait_complete(txn_broker.port, "ctp-worker")
     output = read_all(bs, "ctp-out", "read_committed", 2)
     counts = collections.Counter(output)
     assert set(counts) == {f"out-r{i}".encode() for i in range(total)}
@@ -449,6 +467,7 @@ def test_a_broker_killed_with_a_transaction_open_recovers_it(tmp_path: Path) -> 
         again.begin_transaction()
         again.produce("t-crash", b"after")
         again.commit_transaction(30)
+        wait_complete(b.port, "crashing")
         assert read_all(bs, "t-crash", "read_committed") == [b"kept", b"after"]
         assert read_all(bs, "t-crash", "read_uncommitted") == [b"kept", b"lost", b"after"]
     finally:

@@ -610,6 +610,7 @@ def test_markers_that_wait_for_followers_in_process_1_are_answered(
         for i in range(6):
             p.produce("tx-spread", value=f"{k}:{i}".encode(), partition=i)
         p.commit_transaction(60)  # (a lost answer shows in the logs below, not as time)
+    markers_written(cluster, "spread-txn")  # the last commit's, written after its answer
     got = read_all(cluster.nodes[2].bootstrap, "tx-spread", "read_committed", partitions=6)
     assert sorted(got) == sorted(f"{k}:{i}".encode() for k in range(3) for i in range(6))
     for node in cluster.nodes.values():

@@ -97,17 +97,17 @@ def values(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}{i}".encode() for i in range(n)]
 
 
-def wait_complete(port: int, txn_id: str) -> None:
-    """Until the broker at ``port`` (the coordinator of ``txn_id``) says CompleteCommit:
+def wait_complete(port: int, txn_id: str, state: str = "CompleteCommit") -> None:
+    """Until the broker at ``port`` (the coordinator of ``txn_id``) says ``state``:
     EndTxn is answered once the commit is decided (PrepareCommit written, as in Kafka) and
     the markers are written after that answer, so a read_committed read right after
     commit_transaction may stop at the last stable offset, before its records."""
     with RawClient(port) as raw:
         def reached() -> bool:
             reply = raw.call(DESCRIBE_TXNS, 0, {"transactional_ids": [txn_id]})
-            return bool(reply.transaction_states[0].transaction_state == "CompleteCommit")
+            return bool(reply.transaction_states[0].transaction_state == state)
 
-        wait_for(reached, f"the markers of {txn_id}'s commit")
+        wait_for(reached, f"{txn_id} in {state} (its markers written)")
 
 
 # ----------------------------------------------------------------- commit / abort

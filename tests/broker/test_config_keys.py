@@ -768,10 +768,13 @@ def test_flush_scheduler_interval_is_how_often_flush_ms_is_checked(
     log.flush.scheduler.interval.ms (default: never, the first run the only one); the
     interval also stands in for log.flush.interval.ms when that is not set. tuned: 300 ms
     (no delay), the interval not set: a log left idle is flushed. A broker of
-    log.flush.interval.ms 2 s, a delay of 12 s, no scheduler interval: a record appended at
+    log.flush.interval.ms 4 s, a delay of 14 s, no scheduler interval: a record appended at
     once is unflushed while the delay runs, flushed by that one check, and one appended
-    after it stays unflushed, idle; the next append, past 2 s, flushes it (actorlog also
-    checks flush.ms at each append, which Kafka does not)."""
+    after it stays unflushed, idle; the next append, past 4 s, flushes it (actorlog also
+    checks flush.ms at each append, which Kafka does not). flush.ms is 4 s, not less, as
+    the appends that must not flush come up to that long after the log's creation and
+    after the check (at 2 s, a stall of 2.2 s put before the second append, as a loaded
+    host may have, flushed it at its append and failed the test)."""
     def recovery(running: Running, topic: str) -> int:
         path = running.data_dir / "recovery-point-offset-checkpoint"
         return read_offset_checkpoint(path).get((topic, 0), -1) if path.exists() else -1
@@ -782,9 +785,10 @@ def test_flush_scheduler_interval_is_how_often_flush_ms_is_checked(
         produce_batches(client, "flush-checked", 2, size=10)
     wait_for(lambda: recovery(tuned, "flush-checked") == 2, "the checked log flushed")
 
-    before_start = time.monotonic()  # the shard starts later: its check is due after +12 s
-    delayed = Running(tmp_path / "data", {"log.flush.interval.ms": 2000,
-                                          "log.initial.task.delay.ms": 12000,
+    flush_s, delay_s = 4, 14
+    before_start = time.monotonic()  # the shard starts later: its check is due after +14 s
+    delayed = Running(tmp_path / "data", {"log.flush.interval.ms": flush_s * 1000,
+                                          "log.initial.task.delay.ms": delay_s * 1000,
                                           "log.flush.offset.checkpoint.interval.ms": 300})
     try:
         with delayed.client() as client:
@@ -792,16 +796,18 @@ def test_flush_scheduler_interval_is_how_often_flush_ms_is_checked(
             produce_batches(client, "flush-delayed", 1, size=10)
             produced = time.monotonic()
             wait_for(lambda: recovery(delayed, "flush-delayed") == 0, "its first checkpoint")
-            # the record must be older than flush.ms (2 s) at the check (+12 s from the
-            # shard's start, later than before_start), with a margin
-            if produced - before_start > 8:
+            # the record must be older than flush.ms at the check (+14 s from the shard's
+            # start, later than before_start), with a margin of 2 s
+            if produced - before_start > delay_s - flush_s - 2:
                 pytest.skip("this host took over 8 s to start a broker and take a record")
-            time.sleep(max(0.0, produced + 3 - time.monotonic()))  # flush.ms passed
-            if time.monotonic() - before_start < 11.5:  # still inside the delay
+            time.sleep(max(0.0, produced + flush_s + 1 - time.monotonic()))  # flush.ms passed
+            if time.monotonic() - before_start < delay_s - 0.5:  # still inside the delay
                 assert recovery(delayed, "flush-delayed") == 0
             wait_for(lambda: recovery(delayed, "flush-delayed") == 1, "the one check's flush")
+            checked = time.monotonic()  # the check came before this
             produce_batches(client, "flush-delayed", 1, size=10)
-            time.sleep(3)  # > flush.ms and the checkpoint interval: no check comes
+            # > flush.ms since the check, and the checkpoint interval: no check comes
+            time.sleep(max(0.0, checked + flush_s + 1 - time.monotonic()))
             assert recovery(delayed, "flush-delayed") == 1
             produce_batches(client, "flush-delayed", 1, size=10)
         wait_for(lambda: recovery(delayed, "flush-delayed") == 3, "flushed by the append")

@@ -458,7 +458,10 @@ class Node:
             self._undelivered_count += len(entries)
         if s_name == "_asks":
             for entry in entries:
-                if entry[5]:  # its ask id
+                # its ask id; an entry of another shape (a forged or broken frame) is only
+                # a dead letter, never an error in the stop that drains it
+                if type(entry) is list and len(entry) > 5 and type(entry[5]) is int \
+                        and entry[5]:
                     self._complete_ask(Reply(entry[5], False, reason))
 
     def _receiver_gone(self, link: Link, name: str) -> bool:

@@ -379,6 +379,22 @@ def test_what_is_sent_to_a_stopped_mailbox_is_dead_letters_and_asks_fail_at_once
     assert node.dead_letters.by_reason() == {stopped: 51}
 
 
+
+def test_broken_ask_entries_sent_to_a_stopped_mailbox_are_only_dead_letters(
+        nodes: list[Node]) -> None:
+    """A frame naming this node's ask sender whose entries are not entries (a short
+    list, a string, an ask id that is no int; a broken or forged frame), sent to a
+    stopped mailbox: each is a dead letter, and looking for asks to fail among them
+    raises nothing (an IndexError escaped into the sender, or into the stop's drain,
+    which then skipped its unbind and close)."""
+    node, _sender, checker = _linked_checker(nodes, "broken-asks", OrderChecker)
+    assert node.stop_actor("checker")
+    broken = [[1, 2], "x", [0, 0, 0, 0, 0, "7"], [0, 0, 0, 0, 0, None, 0]]
+    node.send_raw(checker, msgpack.packb([FORMAT_VERSION, node.name, "_asks", "checker",
+                                          broken]))
+    assert node.dead_letters.by_reason() == {f"actor {checker} stopped": 4}
+
+
 class _HeldInTeardown(OrderChecker):
     """An OrderChecker whose stop waits in its teardown until ``go`` is set: its loop is
     past its last look at the mailbox, which is not closed yet."""

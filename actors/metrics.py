@@ -122,6 +122,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
                                               "the broker dropped, its backlog full (that "
                                               "process stopped, hung or away): their "
                                               "messages are dead letters"),
+    "direct_link_frames_refused": ("counter", "Frames coming in on a direct link whose "
+                                              "announced size was over the node's frame "
+                                              "limit: read and dropped, not buffered; each a "
+                                              "dead letter"),
     "replica_fetcher_bytes_total": ("counter", "Record bytes a replica fetcher fetched"),
     "replica_fetcher_largest_response_bytes": ("gauge", "Record bytes of a replica fetcher's "
                                                         "largest answer (bounded by "

@@ -440,6 +440,7 @@ class DirectInbound:
         return data
 
     def _refuse(self, target: bytes, f_len: int, l_len: int) -> None:
+        self.owner.node.metrics.incr("direct_link_frames_refused")
         self.owner.node.dead_letters.record(
             f"direct link frame over the limit ({f_len} bytes announced, trace legs "
             f"{l_len}; limit {self.max_frame} bytes)", receiver=target.decode("utf-8", "replace"))

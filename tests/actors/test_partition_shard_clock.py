@@ -22,7 +22,13 @@ from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
-from tests.actors.test_partition_shard_restart import _alters, _cluster, _got
+from tests.actors.test_partition_shard_restart import (
+    _alters,
+    _cluster,
+    _crash,
+    _crash_on_flush,
+    _got,
+)
 from wire.broker_messages import GetStats, TopicEntry
 
 WALL_MS = 1_700_000_000_000
@@ -190,3 +196,69 @@ def test_the_flush_check_runs_after_the_initial_delay_then_every_interval(
         assert recovery_point_at(600_000) == 1
         assert recovery_point_at(-5_000) == 1  # behind the start
         assert checks == [30_000]
+
+
+@pytest.mark.parametrize("interval_ms", [None, 5_000])
+def test_a_crash_restart_in_place_keeps_the_flush_checks_schedule(
+        manual_node: Node, manual_clock: ManualClock, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, interval_ms: int | None) -> None:
+    """flush.ms = 1 s; the first timed check at +30 s, then the shard crashes at +32 s
+    and is restarted in place. Kafka's flusher is scheduled once: the restart arms no
+    new initial delay. With log.flush.scheduler.interval.ms 5 s the next checks are at
+    +35 s and +40 s (on the schedule from the start, not at +62 s); with the default
+    (Long.MAX_VALUE) no check comes again, none at +62 s either. The restart's close
+    flushed the log, so the checks are counted on the reopened log, with a record
+    appended after the restart that only a check flushes."""
+    armed = _crash_on_flush(monkeypatch)
+    node, clock = manual_node, manual_clock
+    config = Config({} if interval_ms is None else
+                    {"log.flush.scheduler.interval.ms": interval_ms})
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=config,
+                       log_dir=log_dir, topics={"t": TopicEntry(1, {"flush.ms": "1000"})},
+                       broker_id=1, clock=clock)
+    node.ask(shard, GetStats())
+    actor: Any = node.actors[shard.name]
+    checks: list[int] = []  # each timed check's call, on the log the shard holds
+
+    def counted_log() -> PartitionLog:
+        log: PartitionLog = actor.partitions[("t", 0)].log
+        real_maybe_flush = log.maybe_flush
+
+        def counted(now_ms: int) -> bool:
+            checks.append(now_ms - WALL_MS)
+            return bool(real_maybe_flush(now_ms))
+        log.maybe_flush = counted  # type: ignore[method-assign]
+        return log
+
+    def at(after_ms: int) -> None:
+        clock.set_wall_ms(WALL_MS + after_ms)
+        node.run_turns()
+        node.quiesce()
+        node.ask(shard, GetStats())
+
+    log = counted_log()
+    log.append_as_leader(build_batch([b"a"], timestamps_ms=[WALL_MS]), 0, WALL_MS)
+    at(30_000)
+    assert checks == [30_000] and log.recovery_point == 1
+    at(32_000)
+    _crash(node, shard, armed)  # restarted in place at +32 s
+    node.ask(shard, GetStats())  # once its setup reopened the log
+    reopened = counted_log()
+    assert reopened is not log and reopened.recovery_point == 1
+    reopened.append_as_leader(build_batch([b"b"], timestamps_ms=[WALL_MS]), 0,
+                              WALL_MS + 32_000)
+    checks.clear()
+    if interval_ms == 5_000:
+        at(34_000)
+        assert checks == []
+        at(35_000)
+        assert checks == [35_000] and reopened.recovery_point == 2
+        at(40_000)
+        assert checks == [35_000, 40_000]
+    else:
+        at(62_000)
+        at(600_000)
+        assert checks == [] and reopened.recovery_point == 1

@@ -672,6 +672,7 @@ def test_a_frame_announced_over_the_limit_is_refused_before_any_buffer_and_skipp
         dead = owner.node.dead_letters
         assert [last[2] for last in dead.last] == ["shard-9"]
         assert "over the limit (300000 bytes announced" in dead.last[0][0]
+        assert owner.node.metrics.get("direct_link_frames_refused") == 1
         writer = threading.Thread(target=left.sendall, args=(stream[1000:],), daemon=True)
         writer.start()
         deadline = time.monotonic() + 30
@@ -683,6 +684,7 @@ def test_a_frame_announced_over_the_limit_is_refused_before_any_buffer_and_skipp
         assert got == [good]
         assert inbound.skip == 0 and inbound.big is None and not inbound.buf
         assert len(dead.last) == 1
+        assert owner.node.metrics.get("direct_link_frames_refused") == 1
     finally:
         left.close()
         inbound.close()

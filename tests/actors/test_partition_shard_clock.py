@@ -143,6 +143,22 @@ def test_a_wall_clock_stepped_back_does_not_put_off_the_isr_check(
     assert [tuple(i) for i in alter[3]] == [("c", 0, 3, [1], 4)]
 
 
+def _shard_of_flush_ms_1s(node: Node, clock: ManualClock, tmp_path: Path,
+                          interval_ms: int | None) -> tuple[Any, Any]:
+    """A shard (its address, its actor) holding topic t of one partition with flush.ms
+    1 s, its log.flush.scheduler.interval.ms ``interval_ms`` (None: the default)."""
+    config = Config({} if interval_ms is None else
+                    {"log.flush.scheduler.interval.ms": interval_ms})
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=config,
+                       log_dir=log_dir, topics={"t": TopicEntry(1, {"flush.ms": "1000"})},
+                       broker_id=1, clock=clock)
+    node.ask(shard, GetStats())
+    return shard, node.actors[shard.name]
+
+
 @pytest.mark.parametrize("interval_ms", [None, 0, 5_000])
 def test_the_flush_check_runs_after_the_initial_delay_then_every_interval(
         manual_node: Node, manual_clock: ManualClock, tmp_path: Path,
@@ -155,17 +171,8 @@ def test_the_flush_check_runs_after_the_initial_delay_then_every_interval(
     (Long.MAX_VALUE) or 0, the first check was the only one: unflushed ten minutes on, and
     a step back, even behind the start, starts none (each check is counted on the log)."""
     node, clock = manual_node, manual_clock
-    config = Config({} if interval_ms is None else
-                    {"log.flush.scheduler.interval.ms": interval_ms})
-    assert config["log.initial.task.delay.ms"] == 30_000
-    topo = Topology(node.name, 1, 1, 1, 1, 1)
-    log_dir = LogDir.open(tmp_path)
-    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
-    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=config,
-                       log_dir=log_dir, topics={"t": TopicEntry(1, {"flush.ms": "1000"})},
-                       broker_id=1, clock=clock)
-    node.ask(shard, GetStats())
-    actor: Any = node.actors[shard.name]
+    shard, actor = _shard_of_flush_ms_1s(node, clock, tmp_path, interval_ms)
+    assert actor.config["log.initial.task.delay.ms"] == 30_000
     log = actor.partitions[("t", 0)].log
     log.append_as_leader(build_batch([b"a"], timestamps_ms=[WALL_MS]), 0, WALL_MS)
     checks: list[int] = []  # each timed check's call, on this log
@@ -211,16 +218,7 @@ def test_a_crash_restart_in_place_keeps_the_flush_checks_schedule(
     appended after the restart that only a check flushes."""
     armed = _crash_on_flush(monkeypatch)
     node, clock = manual_node, manual_clock
-    config = Config({} if interval_ms is None else
-                    {"log.flush.scheduler.interval.ms": interval_ms})
-    topo = Topology(node.name, 1, 1, 1, 1, 1)
-    log_dir = LogDir.open(tmp_path)
-    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
-    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=config,
-                       log_dir=log_dir, topics={"t": TopicEntry(1, {"flush.ms": "1000"})},
-                       broker_id=1, clock=clock)
-    node.ask(shard, GetStats())
-    actor: Any = node.actors[shard.name]
+    shard, actor = _shard_of_flush_ms_1s(node, clock, tmp_path, interval_ms)
     checks: list[int] = []  # each timed check's call, on the log the shard holds
 
     def counted_log() -> PartitionLog:

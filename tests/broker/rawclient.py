@@ -17,11 +17,13 @@ from typing import Any
 from kafka.protocol.parser import KafkaProtocol
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from tests.fixtures.waiting import wait_for
 from wire import kafka_codec as kc
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
 API_VERSIONS = 18
+DESCRIBE_TXNS = 65
 
 
 def build(api_key: int, version: int, values: dict[str, Any]) -> Any:
@@ -201,3 +203,16 @@ def wait_for_log(broker: Any, text: str, timeout: float = 30.0, count: int = 1) 
         if log.count(text) >= count or time.monotonic() > deadline:
             return log
         time.sleep(0.05)
+
+
+def wait_complete(port: int, txn_id: str, state: str = "CompleteCommit") -> None:
+    """Until the broker at ``port`` (the coordinator of ``txn_id``) says ``state``:
+    EndTxn is answered once the commit is decided (PrepareCommit written, as in Kafka) and
+    the markers are written after that answer, so a read_committed read right after
+    commit_transaction may stop at the last stable offset, before its records."""
+    with RawClient(port) as raw:
+        def reached() -> bool:
+            reply = raw.call(DESCRIBE_TXNS, 0, {"transactional_ids": [txn_id]})
+            return bool(reply.transaction_states[0].transaction_state == state)
+
+        wait_for(reached, f"{txn_id} in {state} (its markers written)")

@@ -20,8 +20,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from actors.runtime.address import Address
+from tests.broker.rawclient import wait_complete
 from tests.broker.test_config_keys import Running
-from tests.broker.test_transactions import wait_complete
 from tests.fixtures.log_files import log_bytes
 from wire.broker_messages import GetStats
 

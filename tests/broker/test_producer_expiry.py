@@ -16,8 +16,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from tests.broker.rawclient import INIT_PRODUCER_ID, RawClient, record_batch, wait_for_log
-from tests.broker.test_transactions import wait_complete
+from tests.broker.rawclient import (
+    INIT_PRODUCER_ID,
+    RawClient,
+    record_batch,
+    wait_complete,
+    wait_for_log,
+)
 from tests.fixtures.broker import BrokerProcess
 
 pytestmark = [pytest.mark.clients]

@@ -20,7 +20,15 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from tests.broker.rawclient import FETCH, LIST_OFFSETS, RawClient, fetch_values, read_batches
+from tests.broker.rawclient import (
+    DESCRIBE_TXNS,
+    FETCH,
+    LIST_OFFSETS,
+    RawClient,
+    fetch_values,
+    read_batches,
+    wait_complete,
+)
 from tests.fixtures.broker import ROOT, BrokerProcess
 from tests.fixtures.waiting import wait_for
 
@@ -34,7 +42,7 @@ TXN_CONFIG = {
     "transaction.state.log.replication.factor": 3,  # capped to the one live broker
     "transaction.state.log.min.isr": 2,             # capped to that replication factor
 }
-FIND_COORDINATOR, INIT_PRODUCER_ID, DESCRIBE_TXNS, LIST_TXNS = 10, 22, 65, 66
+FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_TXNS = 10, 22, 66
 ADD_PARTITIONS_TO_TXN = 24
 
 
@@ -95,19 +103,6 @@ def watermarks(bootstrap: str, topic: str, level: str) -> tuple[int, int]:
 
 def values(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}{i}".encode() for i in range(n)]
-
-
-def wait_complete(port: int, txn_id: str, state: str = "CompleteCommit") -> None:
-    """Until the broker at ``port`` (the coordinator of ``txn_id``) says ``state``:
-    EndTxn is answered once the commit is decided (PrepareCommit written, as in Kafka) and
-    the markers are written after that answer, so a read_committed read right after
-    commit_transaction may stop at the last stable offset, before its records."""
-    with RawClient(port) as raw:
-        def reached() -> bool:
-            reply = raw.call(DESCRIBE_TXNS, 0, {"transactional_ids": [txn_id]})
-            return bool(reply.transaction_states[0].transaction_state == state)
-
-        wait_for(reached, f"{txn_id} in {state} (its markers written)")
 
 
 # ----------------------------------------------------------------- commit / abort
@@ -235,14 +230,8 @@ def test_a_transaction_past_its_timeout_is_aborted(txn_broker: BrokerProcess) ->
     slow.begin_transaction()
     slow.produce("t-timeout", b"late")
     slow.flush(30)
+    wait_complete(txn_broker.port, "slow-txn", "CompleteAbort")
     with RawClient(txn_broker.port) as raw:
-        state = ""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and state != "CompleteAbort":
-            time.sleep(0.2)
-            reply = raw.call(DESCRIBE_TXNS, 0, {"transactional_ids": ["slow-txn"]})
-            state = reply.transaction_states[0].transaction_state
-        assert state == "CompleteAbort"
         too_long = raw.call(INIT_PRODUCER_ID, 1, {"transactional_id": "greedy",
                                                    "transaction_timeout_ms": 120001})
         assert too_long.error_code == 50  # INVALID_TRANSACTION_TIMEOUT

@@ -24,6 +24,7 @@ import itertools
 import signal
 import socket
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,11 @@ class Node:
         # their mailbox): counted sent, never taken
         self._undelivered_count = 0
         self._undelivered_lock = threading.Lock()
+        # the depth of a mailbox (mailbox_depth): by actor name, what actors of this node
+        # sent to that name and no actor of it will take (dead letters), and what the
+        # actors of that name replaced by a namesake took (messages_dequeued)
+        self._undelivered_to: Counter[str] = Counter()
+        self._dequeued_replaced: Counter[str] = Counter()
         self._ready_events: list[threading.Event] = []
         self._started = False
         self._stopped = False
@@ -277,6 +283,8 @@ class Node:
         if previous is not None:  # stopped: its counts are final
             self._replaced_sent += previous.sent_local
             self._replaced_received += previous.received
+            with self._undelivered_lock:
+                self._dequeued_replaced[name] += previous.messages_dequeued
         self.actors[name] = actor
         if previous is None:
             self._order.append(name)
@@ -441,21 +449,25 @@ class Node:
         except BadFrame as exc:
             self.dead_letters.record(f"{reason} ({exc})", receiver=str(address))
             return
-        self._entries_undelivered(s_node, s_name, entries, str(address), reason)
+        self._entries_undelivered(s_node, s_name, entries, address, reason)
 
     def _entries_undelivered(self, s_node: str, s_name: str, entries: list[Any],
-                             receiver: str, reason: str) -> None:
+                             receiver: Address, reason: str) -> None:
         """Entries of s_name@s_node that ``receiver``, an actor of this node, will never
         handle (it stopped): dead letters; those of this node's senders count as taken
         for quiesce, and this node's asks among them fail at once. From any thread: a
         sender's (its frame refused), or the receiver's (its stop drains the mailbox, or
         supervision gave up on it in the middle of a frame)."""
         self.dead_letters.record(reason, len(entries), sender=str(Address(s_node, s_name)),
-                                 receiver=receiver)
+                                 receiver=str(receiver))
         if s_node != self.name:
             return
+        # sent by an actor of this node, and counted so (mailbox_depth): as taken from one
+        by_actor = s_name != receiver.name and s_name != "_asks" and s_name in self.actors
         with self._undelivered_lock:  # from any sender's thread
             self._undelivered_count += len(entries)
+            if by_actor:
+                self._undelivered_to[receiver.name] += len(entries)
         if s_name == "_asks":
             for entry in entries:
                 # its ask id; an entry of another shape (a forged or broken frame) is only
@@ -558,6 +570,19 @@ class Node:
         if not reply.ok:
             raise AskFailed(f"{address} failed on {type(msg).__name__}: {reply.value}")
         return reply.value
+
+    def mailbox_depth(self, name: str) -> int:
+        """Messages actors of this node sent to the actor ``name`` that it has not taken
+        yet (the actor_mailbox_depth gauge)."""
+        actor = self.actors.get(name)
+        enqueued = self.metrics.get(f"actor_messages_enqueued_total|actor={name}")
+        # the sent count runs over every actor of that name: what earlier ones took, and
+        # what reached any of them once stopped, is taken off (a name spawned again starts
+        # at 0). Counted on both sides by different threads: a moment's view may be short.
+        with self._undelivered_lock:
+            gone = self._undelivered_to[name] + self._dequeued_replaced[name]
+        taken = gone + (actor.messages_dequeued if actor is not None else 0)
+        return max(0, enqueued - taken)
 
     def _complete_ask(self, reply: Reply) -> None:
         pending = self._pending.get(reply.ask_id)

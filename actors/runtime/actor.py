@@ -929,7 +929,7 @@ class Actor(PykkaActor):
             for i, entry in enumerate(entries):
                 if self._dead:  # supervision gave up on a crash just now
                     self.node._entries_undelivered(s_node, s_name, entries[i:], self.address,
-                                                   f"actor {self.address} stopped")
+                                                   f"actor {self.address} stopped", s_inc)
                     break
                 try:
                     type_id, tid, span, parent, send_ns, ask_id, body = entry

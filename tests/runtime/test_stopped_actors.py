@@ -1,11 +1,23 @@
-"""What reaches an actor once it stopped, and the mailbox depth of a name spawned again.
-Real nodes and real ZeroMQ."""
+"""What reaches an actor once it stopped (asks of other nodes), and the mailbox depth of
+a name spawned again. Real nodes and real ZeroMQ."""
 
 from __future__ import annotations
 
 import threading
+import time
+from pathlib import Path
 
-from actors.runtime.node import Node
+import pytest
+
+from actors.runtime.address import Address
+from actors.runtime.node import (
+    AskFailed,
+    AskTimeout,
+    Directory,
+    Node,
+    NodeEndpoint,
+)
+from tests.fixtures.broker import free_port
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import (
     GATE,
@@ -16,6 +28,93 @@ from tests.runtime.node_actors import (
     SendSeq,
     SlowReceiver,
 )
+
+
+def _two_nodes(nodes: list[Node], tmp_path: Path, incarnation: str,
+               ipc: bool) -> tuple[Node, Node]:
+    """Node a and node b, each with a directory of its own (as cluster nodes have); b runs
+    an OrderChecker "checker" that a has asked once (a's link and b's gateway link made)."""
+    ipc_dir = str(tmp_path / "ipc") if ipc else ""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), ipc_dir,
+                                 incarnation=incarnation) for n in ("a", "b")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    b = Node("b", directory=Directory(dict(endpoints))).start()
+    nodes.append(b)
+    b.spawn(OrderChecker, "checker")
+    assert a.ask(Address("b", "checker"), GetState(), timeout=10)["count"] == 0
+    return a, b
+
+
+@pytest.mark.parametrize("incarnation,ipc", [("", False), ("1", False), ("", True)],
+                         ids=["tcp", "tcp-incarnation", "ipc"])
+def test_an_ask_of_another_node_to_a_stopped_actor_fails_at_once(
+        nodes: list[Node], tmp_path: Path, incarnation: str, ipc: bool) -> None:
+    """Node a asks b's actor, which stopped: b's gateway hands the frame to the closed
+    mailbox, a dead letter on b, and the asker waited its whole timeout (the ask of one of
+    b's own threads failed at once). Now b answers with a failure naming the stopped
+    actor, through the reply path of any answer (a frame carrying a's process is answered
+    once b's directory lists that process), so a's ask fails at once. Both nodes
+    quiesce; b counts the ask as one dead letter."""
+    a, b = _two_nodes(nodes, tmp_path, incarnation, ipc)
+    assert b.stop_actor("checker")
+    started = time.monotonic()
+    with pytest.raises(AskFailed, match=r"^checker@b failed on GetState: "
+                                        r"actor checker@b stopped$"):
+        a.ask(Address("b", "checker"), GetState(), timeout=20)
+    assert time.monotonic() - started < 5
+    assert b.dead_letters.by_reason() == {"actor checker@b stopped": 1}
+    assert not a.dead_letters.by_reason()
+    assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
+
+
+def test_the_failure_to_a_process_not_registered_yet_waits_for_its_registration(
+        nodes: list[Node]) -> None:
+    """Node b restarted (process "2", a still lists "1") asks a's stopped actor: a's
+    failure answers that process, so it is held until a lists it (as any answer to it),
+    never sent to the old one; then b's ask fails."""
+    endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
+                 "b": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(OrderChecker, "checker")
+    restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation="2")
+    b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
+    nodes.append(b)
+    assert a.stop_actor("checker")
+    failures: list[BaseException] = []
+
+    def ask_it() -> None:
+        try:
+            b.ask(Address("a", "checker"), GetState(), timeout=20)
+        except Exception as exc:
+            failures.append(exc)
+
+    asker = threading.Thread(target=ask_it, daemon=True)
+    asker.start()
+    router = a.actor("_asks")
+    wait_for(lambda: any(addr == Address("b", "_asks") and held[0] == b"2"
+                         for addr, held in list(router._origin_out.items())), timeout=10)
+    time.sleep(0.2)
+    assert not failures
+    a.directory.learn("b", restarted)
+    asker.join(10)
+    assert not asker.is_alive()
+    [exc] = failures
+    assert isinstance(exc, AskFailed) and str(exc).endswith("actor checker@a stopped"), exc
+    assert a.dead_letters.by_reason() == {"actor checker@a stopped": 1}
+    assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
+
+
+def test_an_ask_of_another_node_with_no_route_still_waits(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """Unchanged: an ask to a node the directory does not list has no route; it waits its
+    timeout (a process starting asks again after a timeout, and gives up on a failure)."""
+    a, _b = _two_nodes(nodes, tmp_path, "", False)
+    started = time.monotonic()
+    with pytest.raises(AskTimeout, match=r"^no answer from checker@c to GetState in 0\.5 s$"):
+        a.ask(Address("c", "checker"), GetState(), timeout=0.5)
+    assert time.monotonic() - started >= 0.5
 
 
 def test_a_name_spawned_again_starts_with_an_empty_mailbox_depth(

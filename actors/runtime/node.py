@@ -493,12 +493,17 @@ class Node:
         """Entries of s_name@s_node (of its process ``s_inc``, as the frame said) that
         ``receiver``, an actor of this node, will never handle (it stopped): dead letters;
         those of this node's senders count as taken for quiesce. Asks among them fail at
-        once: this node's here, another node's by a failure Reply from the ask router.
-        From any thread: a sender's (its frame refused), the gateway's (a frame of another
-        node's refused), or the receiver's (its stop drains the mailbox, or supervision
-        gave up on it in the middle of a frame)."""
-        self.dead_letters.record(reason, len(entries), sender=str(Address(s_node, s_name)),
-                                 receiver=str(receiver))
+        once: this node's here, another node's by a failure Reply from the ask router. A
+        Reply among them to this node's ask router (its stop drained it) completes its
+        ask, and is no dead letter. From any thread: a sender's (its frame refused), the
+        gateway's (a frame of another node's refused), or the receiver's (its stop drains
+        the mailbox, or supervision gave up on it in the middle of a frame)."""
+        dead = len(entries)
+        if receiver.name == ASK_SENDER and receiver.node == self.name:
+            dead -= self._complete_replies(entries)
+        if dead:
+            self.dead_letters.record(reason, dead, sender=str(Address(s_node, s_name)),
+                                     receiver=str(receiver))
         if s_node != self.name:
             ask_ids = _ask_ids(entries)
             if ask_ids and receiver.name != ASK_SENDER:
@@ -513,6 +518,23 @@ class Node:
         if s_name == ASK_SENDER:
             for ask_id in _ask_ids(entries):
                 self._complete_ask(Reply(ask_id, False, reason))
+
+    def _complete_replies(self, entries: list[Any]) -> int:
+        """Complete this node's asks answered by the Replies among ``entries``, which the
+        ask router will never handle; how many were."""
+        reply_type = registry.type_id_of(Reply)
+        done = 0
+        for entry in entries:
+            if type(entry) is not list or len(entry) != 7 or entry[0] != reply_type:
+                continue
+            body = entry[6]
+            try:
+                reply = body if type(body) is Reply else registry.build(Reply, body)
+            except registry.WrongShape:  # a broken Reply: only a dead letter
+                continue
+            self._complete_ask(reply)
+            done += 1
+        return done
 
     def _fail_remote_asks(self, sender: Address, incarnation: bytes, ask_ids: list[int],
                           why: str) -> None:

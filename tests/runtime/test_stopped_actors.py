@@ -1,17 +1,19 @@
-"""What reaches an actor once it stopped (asks of other nodes), and the mailbox depth of
-a name spawned again. Real nodes and real ZeroMQ."""
+"""What reaches an actor once it stopped: asks of other nodes, replies to the node's own
+asks, and the mailbox depth of a name spawned again. Real nodes and real ZeroMQ."""
 
 from __future__ import annotations
 
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from actors.runtime.address import Address
 from actors.runtime.node import (
     AskFailed,
+    AskRouter,
     AskTimeout,
     Directory,
     Node,
@@ -115,6 +117,61 @@ def test_an_ask_of_another_node_with_no_route_still_waits(
     with pytest.raises(AskTimeout, match=r"^no answer from checker@c to GetState in 0\.5 s$"):
         a.ask(Address("c", "checker"), GetState(), timeout=0.5)
     assert time.monotonic() - started >= 0.5
+
+
+class _HeldAskRouter(AskRouter):
+    """An ask router whose stop waits in its teardown until ``go`` is set: its loop is
+    past its last look at the mailbox, which is not closed yet."""
+
+    def setup(self) -> None:
+        self.in_teardown = threading.Event()
+        self.go = threading.Event()
+
+    def teardown(self) -> None:
+        self.in_teardown.set()
+        self.go.wait(30)
+
+
+def test_a_reply_drained_from_the_stopping_ask_routers_mailbox_completes_its_ask(
+        nodes: list[Node]) -> None:
+    """A Reply that reached the ask router's mailbox after its loop's last look, before
+    its stop closed it: the stop drained it as a dead letter and the ask it answers
+    waited its whole timeout. Now the drain completes the ask with that reply (it is no
+    dead letter), and the node quiesces."""
+    node = Node("router-drained")
+    nodes.append(node)
+    node.spawn(_HeldAskRouter, "_asks")
+    slow = node.spawn(SlowReceiver, "slow")
+    router = node.actors["_asks"]
+    assert isinstance(router, _HeldAskRouter)
+    GATE.clear()
+    answers: list[tuple[Any, float]] = []
+
+    def ask_it() -> None:
+        try:
+            answers.append((node.ask(slow, Hold(30.0), timeout=20), time.monotonic()))
+        except Exception as exc:
+            answers.append((exc, time.monotonic()))
+
+    asker = threading.Thread(target=ask_it, daemon=True)
+    asker.start()
+    assert wait_for(lambda: node.actors["slow"].received == 1)  # in the handler
+    stopper = threading.Thread(target=node.stop_actor, args=("_asks", 30), daemon=True)
+    stopper.start()
+    assert router.in_teardown.wait(10)
+    slow_actor = node.actors["slow"]
+    GATE.set()  # the answer goes into the router's mailbox, unread
+    assert wait_for(lambda: slow_actor.sent_local == 1)
+    router.go.set()
+    released = time.monotonic()
+    stopper.join(20)
+    asker.join(25)
+    assert not stopper.is_alive() and not asker.is_alive()
+    [(answer, answered_at)] = answers
+    assert answer is True, answer
+    assert answered_at - released < 5
+    assert not node.dead_letters.by_reason()
+    assert node.quiesce(timeout=5)
 
 
 def test_a_name_spawned_again_starts_with_an_empty_mailbox_depth(

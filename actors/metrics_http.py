@@ -110,10 +110,8 @@ def gauges(broker: Any) -> list[Sample]:
         add("log_cleaner_bytes_written_total", stats.get("bytes_written", 0))
         add("log_cleaner_max_dirty_ratio", stats.get("last_dirty_ratio", 0.0))
     # actors: read from their fields (each written by its own thread only)
-    counters = node.metrics.snapshot()
     for name, actor in sorted(node.actors.items()):
-        enqueued = counters.get(f"actor_messages_enqueued_total|actor={name}", 0)
-        add("actor_mailbox_depth", max(0, enqueued - actor.messages_dequeued), actor=name)
+        add("actor_mailbox_depth", node.mailbox_depth(name), actor=name)
         add("actor_messages_handled_total", actor.messages_handled, actor=name)
         add("actor_running", 0 if actor.actor_stopped.is_set() else 1, actor=name)
         add("actor_handle_seconds_sum", actor.handler_ns / 1e9, actor=name)

@@ -908,7 +908,10 @@ class Actor(PykkaActor):
         # what this handling sends to its sender answers process s_inc of s_node (tell)
         self._origin = (s_node, s_inc) if s_inc and s_node != self.node.name else None
         try:
-            if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
+            # taken from an actor of this node (Node.mailbox_depth); not the node's own
+            # asks (Node.ask sends as "_asks", its ask router's name, and counts nothing)
+            if (s_node == self.node.name and s_name != self.name and s_name != "_asks"
+                    and s_name in self.node.actors):
                 self.messages_dequeued += len(entries)
             handlers = self._handlers
             # handler_ns (actor_handle_seconds): one clock read per batch and one per
@@ -925,8 +928,8 @@ class Actor(PykkaActor):
             wall_ns = self.clock.wall_ns
             for i, entry in enumerate(entries):
                 if self._dead:  # supervision gave up on a crash just now
-                    self.node._entries_undelivered(s_node, s_name, entries[i:], self.name,
-                                                   f"actor {self.address} stopped")
+                    self.node._entries_undelivered(s_node, s_name, entries[i:], self.address,
+                                                   f"actor {self.address} stopped", s_inc)
                     break
                 try:
                     type_id, tid, span, parent, send_ns, ask_id, body = entry

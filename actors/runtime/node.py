@@ -24,9 +24,10 @@ import itertools
 import signal
 import socket
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pykka
 import zmq
@@ -104,14 +105,51 @@ class Link:
                 and actors.get(target.name) is not target)
 
 
+ASK_SENDER = "_asks"
+"""The sender name of this node's asks (Node.ask), and the name of its ask router."""
+
+
+class FailAsks(NamedTuple):
+    """pykka message to the ask router: answer these asks of ``sender`` (an actor of
+    another node, of its process ``incarnation``; b"": none said) with a failure, ``why``."""
+
+    sender: Address
+    incarnation: bytes
+    ask_ids: list[int]
+    why: str
+
+
 class AskRouter(Actor):
-    """Receives the Replies to this node's asks and completes their futures."""
+    """Receives the Replies to this node's asks and completes their futures. It also
+    answers, with a failure, the asks of other nodes that reached an actor here once it
+    had stopped (Node._entries_undelivered): any thread finds such an ask, this actor's
+    loop sends the answer, as a handler's Reply goes."""
 
     mailbox_size = 100_000
 
     @handles(Reply)
     def on_reply(self, msg: Reply) -> None:
         self.node._complete_ask(msg)
+
+    def on_receive(self, message: Any) -> Any:
+        if type(message) is FailAsks:
+            self._fail_asks(message)
+            return None
+        return super().on_receive(message)
+
+    def _fail_asks(self, msg: FailAsks) -> None:
+        # as the answers to a frame of that sender's: held while the directory does not
+        # list the process that asked yet (Actor.tell)
+        self.current_sender = msg.sender
+        self._origin = (msg.sender.node, msg.incarnation) if msg.incarnation else None
+        try:
+            for ask_id in msg.ask_ids:
+                self.tell(msg.sender, Reply(ask_id, False, msg.why))
+        finally:
+            self.current_sender = None
+            self._origin = None
+        if self._out:
+            self.flush()
 
 
 class _Pending:
@@ -199,6 +237,11 @@ class Node:
         # their mailbox): counted sent, never taken
         self._undelivered_count = 0
         self._undelivered_lock = threading.Lock()
+        # the depth of a mailbox (mailbox_depth): by actor name, what actors of this node
+        # sent to that name and no actor of it will take (dead letters), and what the
+        # actors of that name replaced by a namesake took (messages_dequeued)
+        self._undelivered_to: Counter[str] = Counter()
+        self._dequeued_replaced: Counter[str] = Counter()
         self._ready_events: list[threading.Event] = []
         self._started = False
         self._stopped = False
@@ -229,7 +272,7 @@ class Node:
             self._zap = ZapHandler(self.context, ZapPolicy(self.curve.admitted()),
                                    node=self.name).start()
         self.tracer.start()
-        self.spawn(AskRouter, "_asks")
+        self.spawn(AskRouter, ASK_SENDER)
         if gateway:
             self.start_gateway(gateway_host)
         return self
@@ -277,6 +320,8 @@ class Node:
         if previous is not None:  # stopped: its counts are final
             self._replaced_sent += previous.sent_local
             self._replaced_received += previous.received
+            with self._undelivered_lock:
+                self._dequeued_replaced[name] += previous.messages_dequeued
         self.actors[name] = actor
         if previous is None:
             self._order.append(name)
@@ -436,33 +481,72 @@ class Node:
         count as taken for quiesce (their sender counted them sent), and an ask among them
         fails at once instead of waiting for its timeout."""
         try:
-            s_node, s_name, _r_name, entries, _inc = decode_frame_full(frame,
-                                                                       self.max_frame_bytes)
+            s_node, s_name, _r_name, entries, inc = decode_frame_full(frame,
+                                                                      self.max_frame_bytes)
         except BadFrame as exc:
             self.dead_letters.record(f"{reason} ({exc})", receiver=str(address))
             return
-        self._entries_undelivered(s_node, s_name, entries, str(address), reason)
+        self._entries_undelivered(s_node, s_name, entries, address, reason, inc)
 
     def _entries_undelivered(self, s_node: str, s_name: str, entries: list[Any],
-                             receiver: str, reason: str) -> None:
-        """Entries of s_name@s_node that ``receiver``, an actor of this node, will never
-        handle (it stopped): dead letters; those of this node's senders count as taken
-        for quiesce, and this node's asks among them fail at once. From any thread: a
-        sender's (its frame refused), or the receiver's (its stop drains the mailbox, or
-        supervision gave up on it in the middle of a frame)."""
-        self.dead_letters.record(reason, len(entries), sender=str(Address(s_node, s_name)),
-                                 receiver=receiver)
+                             receiver: Address, reason: str, s_inc: bytes = b"") -> None:
+        """Entries of s_name@s_node (of its process ``s_inc``, as the frame said) that
+        ``receiver``, an actor of this node, will never handle (it stopped): dead letters;
+        those of this node's senders count as taken for quiesce. Asks among them fail at
+        once: this node's here, another node's by a failure Reply from the ask router. A
+        Reply among them to this node's ask router (its stop drained it) completes its
+        ask, and is no dead letter. From any thread: a sender's (its frame refused), the
+        gateway's (a frame of another node's refused), or the receiver's (its stop drains
+        the mailbox, or supervision gave up on it in the middle of a frame)."""
+        dead = len(entries)
+        if receiver.name == ASK_SENDER and receiver.node == self.name:
+            dead -= self._complete_replies(entries)
+        if dead:
+            self.dead_letters.record(reason, dead, sender=str(Address(s_node, s_name)),
+                                     receiver=str(receiver))
         if s_node != self.name:
+            ask_ids = _ask_ids(entries)
+            if ask_ids and receiver.name != ASK_SENDER:
+                self._fail_remote_asks(Address(s_node, s_name), s_inc, ask_ids, reason)
             return
+        # sent by an actor of this node, and counted so (mailbox_depth): as taken from one
+        by_actor = s_name != receiver.name and s_name != ASK_SENDER and s_name in self.actors
         with self._undelivered_lock:  # from any sender's thread
             self._undelivered_count += len(entries)
-        if s_name == "_asks":
-            for entry in entries:
-                # its ask id; an entry of another shape (a forged or broken frame) is only
-                # a dead letter, never an error in the stop that drains it
-                if type(entry) is list and len(entry) > 5 and type(entry[5]) is int \
-                        and entry[5]:
-                    self._complete_ask(Reply(entry[5], False, reason))
+            if by_actor:
+                self._undelivered_to[receiver.name] += len(entries)
+        if s_name == ASK_SENDER:
+            for ask_id in _ask_ids(entries):
+                self._complete_ask(Reply(ask_id, False, reason))
+
+    def _complete_replies(self, entries: list[Any]) -> int:
+        """Complete this node's asks answered by the Replies among ``entries``, which the
+        ask router will never handle; how many were."""
+        reply_type = registry.type_id_of(Reply)
+        done = 0
+        for entry in entries:
+            if type(entry) is not list or len(entry) != 7 or entry[0] != reply_type:
+                continue
+            body = entry[6]
+            try:
+                reply = body if type(body) is Reply else registry.build(Reply, body)
+            except registry.WrongShape:  # a broken Reply: only a dead letter
+                continue
+            self._complete_ask(reply)
+            done += 1
+        return done
+
+    def _fail_remote_asks(self, sender: Address, incarnation: bytes, ask_ids: list[int],
+                          why: str) -> None:
+        """Have the ask router answer asks of another node's ``sender`` with a failure
+        (with the router stopped, they wait their timeout, as before)."""
+        router = self.actors.get(ASK_SENDER)
+        if router is None or router._dead:
+            return
+        try:
+            router.actor_ref.tell(FailAsks(sender, incarnation, ask_ids, why))
+        except pykka.ActorDeadError:
+            pass
 
     def _receiver_gone(self, link: Link, name: str) -> bool:
         """A local link's send was refused: whether the mailbox it reaches is gone, so
@@ -548,7 +632,7 @@ class Node:
         pending = _Pending()
         self._pending[ask_id] = pending
         try:
-            self.tell(address, msg, sender="_asks", ask_id=ask_id, trace_id=trace_id)
+            self.tell(address, msg, sender=ASK_SENDER, ask_id=ask_id, trace_id=trace_id)
             if not pending.event.wait(timeout):
                 raise AskTimeout(f"no answer from {address} to {type(msg).__name__} in {timeout} s")
         finally:
@@ -558,6 +642,19 @@ class Node:
         if not reply.ok:
             raise AskFailed(f"{address} failed on {type(msg).__name__}: {reply.value}")
         return reply.value
+
+    def mailbox_depth(self, name: str) -> int:
+        """Messages actors of this node sent to the actor ``name`` that it has not taken
+        yet (the actor_mailbox_depth gauge)."""
+        actor = self.actors.get(name)
+        enqueued = self.metrics.get(f"actor_messages_enqueued_total|actor={name}")
+        # the sent count runs over every actor of that name: what earlier ones took, and
+        # what reached any of them once stopped, is taken off (a name spawned again starts
+        # at 0). Counted on both sides by different threads: a moment's view may be short.
+        with self._undelivered_lock:
+            gone = self._undelivered_to[name] + self._dequeued_replaced[name]
+        taken = gone + (actor.messages_dequeued if actor is not None else 0)
+        return max(0, enqueued - taken)
 
     def _complete_ask(self, reply: Reply) -> None:
         pending = self._pending.get(reply.ask_id)
@@ -719,6 +816,13 @@ class Node:
             before_shutdown()
         self.shutdown()
         return 0
+
+
+def _ask_ids(entries: list[Any]) -> list[int]:
+    """The ask ids of the asks among ``entries``; an entry of another shape (a forged or
+    broken frame) is only a dead letter, never an error in the stop that drains it."""
+    return [entry[5] for entry in entries
+            if type(entry) is list and len(entry) > 5 and type(entry[5]) is int and entry[5]]
 
 
 def refuse_ipc_in_use(path: Path) -> None:

@@ -1,0 +1,225 @@
+"""What reaches an actor once it stopped: asks of other nodes, replies to the node's own
+asks, and the mailbox depth of a name spawned again. Real nodes and real ZeroMQ."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.runtime.address import Address
+from actors.runtime.node import (
+    AskFailed,
+    AskRouter,
+    AskTimeout,
+    Directory,
+    Node,
+    NodeEndpoint,
+)
+from tests.fixtures.broker import free_port
+from tests.fixtures.waiting import wait_for
+from tests.runtime.node_actors import (
+    GATE,
+    GetState,
+    Hold,
+    OrderChecker,
+    Sender,
+    SendSeq,
+    SlowReceiver,
+)
+
+
+def _two_nodes(nodes: list[Node], tmp_path: Path, incarnation: str,
+               ipc: bool) -> tuple[Node, Node]:
+    """Node a and node b, each with a directory of its own (as cluster nodes have); b runs
+    an OrderChecker "checker" that a has asked once (a's link and b's gateway link made)."""
+    ipc_dir = str(tmp_path / "ipc") if ipc else ""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), ipc_dir,
+                                 incarnation=incarnation) for n in ("a", "b")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    b = Node("b", directory=Directory(dict(endpoints))).start()
+    nodes.append(b)
+    b.spawn(OrderChecker, "checker")
+    assert a.ask(Address("b", "checker"), GetState(), timeout=10)["count"] == 0
+    return a, b
+
+
+@pytest.mark.parametrize("incarnation,ipc", [("", False), ("1", False), ("", True)],
+                         ids=["tcp", "tcp-incarnation", "ipc"])
+def test_an_ask_of_another_node_to_a_stopped_actor_fails_at_once(
+        nodes: list[Node], tmp_path: Path, incarnation: str, ipc: bool) -> None:
+    """Node a asks b's actor, which stopped: b's gateway hands the frame to the closed
+    mailbox, a dead letter on b, and the asker waited its whole timeout (the ask of one of
+    b's own threads failed at once). Now b answers with a failure naming the stopped
+    actor, through the reply path of any answer (a frame carrying a's process is answered
+    once b's directory lists that process), so a's ask fails at once. Both nodes
+    quiesce; b counts the ask as one dead letter."""
+    a, b = _two_nodes(nodes, tmp_path, incarnation, ipc)
+    assert b.stop_actor("checker")
+    started = time.monotonic()
+    with pytest.raises(AskFailed, match=r"^checker@b failed on GetState: "
+                                        r"actor checker@b stopped$"):
+        a.ask(Address("b", "checker"), GetState(), timeout=20)
+    assert time.monotonic() - started < 5
+    assert b.dead_letters.by_reason() == {"actor checker@b stopped": 1}
+    assert not a.dead_letters.by_reason()
+    assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
+
+
+def test_the_failure_to_a_process_not_registered_yet_waits_for_its_registration(
+        nodes: list[Node]) -> None:
+    """Node b restarted (process "2", a still lists "1") asks a's stopped actor: a's
+    failure answers that process, so it is held until a lists it (as any answer to it),
+    never sent to the old one; then b's ask fails."""
+    endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
+                 "b": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(OrderChecker, "checker")
+    restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation="2")
+    b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
+    nodes.append(b)
+    assert a.stop_actor("checker")
+    failures: list[BaseException] = []
+
+    def ask_it() -> None:
+        try:
+            b.ask(Address("a", "checker"), GetState(), timeout=20)
+        except Exception as exc:
+            failures.append(exc)
+
+    asker = threading.Thread(target=ask_it, daemon=True)
+    asker.start()
+    router = a.actor("_asks")
+    wait_for(lambda: any(addr == Address("b", "_asks") and held[0] == b"2"
+                         for addr, held in list(router._origin_out.items())), timeout=10)
+    time.sleep(0.2)
+    assert not failures
+    a.directory.learn("b", restarted)
+    asker.join(10)
+    assert not asker.is_alive()
+    [exc] = failures
+    assert isinstance(exc, AskFailed) and str(exc).endswith("actor checker@a stopped"), exc
+    assert a.dead_letters.by_reason() == {"actor checker@a stopped": 1}
+    assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
+
+
+def test_an_ask_of_another_node_with_no_route_still_waits(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """Unchanged: an ask to a node the directory does not list has no route; it waits its
+    timeout (a process starting asks again after a timeout, and gives up on a failure)."""
+    a, _b = _two_nodes(nodes, tmp_path, "", False)
+    started = time.monotonic()
+    with pytest.raises(AskTimeout, match=r"^no answer from checker@c to GetState in 0\.5 s$"):
+        a.ask(Address("c", "checker"), GetState(), timeout=0.5)
+    assert time.monotonic() - started >= 0.5
+
+
+class _HeldAskRouter(AskRouter):
+    """An ask router whose stop waits in its teardown until ``go`` is set: its loop is
+    past its last look at the mailbox, which is not closed yet."""
+
+    def setup(self) -> None:
+        self.in_teardown = threading.Event()
+        self.go = threading.Event()
+
+    def teardown(self) -> None:
+        self.in_teardown.set()
+        self.go.wait(30)
+
+
+def test_a_reply_drained_from_the_stopping_ask_routers_mailbox_completes_its_ask(
+        nodes: list[Node]) -> None:
+    """A Reply that reached the ask router's mailbox after its loop's last look, before
+    its stop closed it: the stop drained it as a dead letter and the ask it answers
+    waited its whole timeout. Now the drain completes the ask with that reply (it is no
+    dead letter), and the node quiesces."""
+    node = Node("router-drained")
+    nodes.append(node)
+    node.spawn(_HeldAskRouter, "_asks")
+    slow = node.spawn(SlowReceiver, "slow")
+    router = node.actors["_asks"]
+    assert isinstance(router, _HeldAskRouter)
+    GATE.clear()
+    answers: list[tuple[Any, float]] = []
+
+    def ask_it() -> None:
+        try:
+            answers.append((node.ask(slow, Hold(30.0), timeout=20), time.monotonic()))
+        except Exception as exc:
+            answers.append((exc, time.monotonic()))
+
+    asker = threading.Thread(target=ask_it, daemon=True)
+    asker.start()
+    assert wait_for(lambda: node.actors["slow"].received == 1)  # in the handler
+    stopper = threading.Thread(target=node.stop_actor, args=("_asks", 30), daemon=True)
+    stopper.start()
+    assert router.in_teardown.wait(10)
+    slow_actor = node.actors["slow"]
+    GATE.set()  # the answer goes into the router's mailbox, unread
+    assert wait_for(lambda: slow_actor.sent_local == 1)
+    router.go.set()
+    released = time.monotonic()
+    stopper.join(20)
+    asker.join(25)
+    assert not stopper.is_alive() and not asker.is_alive()
+    [(answer, answered_at)] = answers
+    assert answer is True, answer
+    assert answered_at - released < 5
+    assert not node.dead_letters.by_reason()
+    assert node.quiesce(timeout=5)
+
+
+def test_a_name_spawned_again_starts_with_an_empty_mailbox_depth(
+        nodes: list[Node]) -> None:
+    """actor_mailbox_depth is what actors of the node sent to a name minus what its actor
+    took. The name's sent count runs over every actor of that name; what the previous one
+    took (and what reached it once stopped, dead letters) was not taken off, so the new one
+    started at that offset. It starts at 0 now, and counts what waits for it."""
+    node = Node("depth").start()
+    nodes.append(node)
+    sender = node.spawn(Sender, "s")
+    checker = node.spawn(OrderChecker, "checker")
+    assert node.ask(sender, SendSeq(5, "depth", "checker")) == 5
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 5)
+    assert node.mailbox_depth("checker") == 0
+    assert node.stop_actor("checker")
+    assert node.ask(sender, SendSeq(30, "depth", "checker")) == 30  # dead letters
+    assert node.dead_letters.by_reason() == {f"actor {checker} stopped": 30}
+    assert node.mailbox_depth("checker") == 0
+    node.spawn(OrderChecker, "checker")
+    assert node.mailbox_depth("checker") == 0
+    assert node.ask(sender, SendSeq(3, "depth", "checker")) == 3
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 3)
+    assert node.mailbox_depth("checker") == 0
+    assert node.quiesce(timeout=5)
+
+
+def test_the_mailbox_depth_counts_what_waits_though_the_node_asked_the_actor(
+        nodes: list[Node]) -> None:
+    """The node's own asks (Node.ask, sent as "_asks") were taken off the depth as taken
+    from an actor of the node, though never counted as sent by one: each ask hid one
+    waiting message for good. Here 4 asks, then 6 messages wait behind a held handler."""
+    node = Node("depth-asks").start()
+    nodes.append(node)
+    sender = node.spawn(Sender, "s")
+    slow = node.spawn(SlowReceiver, "slow")
+    for _ in range(4):
+        node.ask(slow, GetState())
+    GATE.clear()
+    holder = threading.Thread(target=node.ask, args=(slow, Hold(30.0), 20), daemon=True)
+    holder.start()
+    slow_actor = node.actors["slow"]
+    assert wait_for(lambda: slow_actor.received == 5)
+    try:
+        assert node.ask(sender, SendSeq(6, "depth-asks", "slow")) == 6
+        assert wait_for(lambda: node.mailbox_depth("slow") == 6, timeout=5)
+    finally:
+        GATE.set()
+        holder.join(20)
+    assert wait_for(lambda: node.mailbox_depth("slow") == 0)
+    assert node.quiesce(timeout=5)

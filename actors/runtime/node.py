@@ -126,6 +126,10 @@ class AskRouter(Actor):
     loop sends the answer, as a handler's Reply goes."""
 
     mailbox_size = 100_000
+    # Those failures are all it sends to other nodes, and best effort (the asker's timeout
+    # covers a lost one): waiting on a link that takes nothing (its node dead, or never
+    # listening) would stall every ask of this node, and its stop, for good.
+    waits_on_remote = False
 
     @handles(Reply)
     def on_reply(self, msg: Reply) -> None:

@@ -30,6 +30,8 @@ from tests.runtime.node_actors import (
     SendSeq,
     SlowReceiver,
 )
+from wire import registry
+from wire.envelope import new_entry
 
 
 def _two_nodes(nodes: list[Node], tmp_path: Path, incarnation: str,
@@ -117,6 +119,38 @@ def test_an_ask_of_another_node_with_no_route_still_waits(
     with pytest.raises(AskTimeout, match=r"^no answer from checker@c to GetState in 0\.5 s$"):
         a.ask(Address("c", "checker"), GetState(), timeout=0.5)
     assert time.monotonic() - started >= 0.5
+
+
+def _ask_entry(ask_id: int) -> list[Any]:
+    """An ask's envelope, as another node's frame carries it."""
+    return new_entry(registry.type_id_of(GetState), 0, 0, 0, 0, ask_id, GetState())
+
+
+def test_failures_to_a_node_that_takes_nothing_never_stall_the_ask_router(
+        nodes: list[Node]) -> None:
+    """The ask router answers another node's asks to a stopped actor with failures; it
+    waited, as any actor, while the link to that node took nothing (a node listed with
+    nobody listening). Past the link's 100 frames it waited for good: every ask of the
+    node then timed out, and the node never quiesced nor stopped. The failures are best
+    effort now (the asker's timeout covers a lost one): what the link does not take is a
+    dead letter, and the router goes on."""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1")) for n in ("a", "c")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    checker = a.spawn(OrderChecker, "checker")
+    for ask_id in range(1, 401):  # c's asks that reached a stopped actor here
+        a._entries_undelivered("c", "_asks", [_ask_entry(ask_id)], Address("a", "gone"),
+                               "actor gone@a stopped")
+    # the link queues 100 frames; the rest are dead letters
+    assert wait_for(lambda: a.dead_letters.by_reason().get("link to node c takes nothing")
+                    == 300, timeout=10)
+    assert a.ask(checker, GetState(), timeout=5)["count"] == 0
+    assert a.dead_letters.by_reason()["actor gone@a stopped"] == 400
+    assert a.quiesce(timeout=5)
+    started = time.monotonic()
+    a.shutdown(timeout=5)
+    assert time.monotonic() - started < 5
+    assert a.actor("_asks").actor_stopped.is_set()
 
 
 class _HeldAskRouter(AskRouter):

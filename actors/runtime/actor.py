@@ -910,8 +910,9 @@ class Actor(PykkaActor):
         try:
             # taken from an actor of this node (Node.mailbox_depth); not the node's own
             # asks (Node.ask sends as "_asks", its ask router's name, and counts nothing)
-            if (s_node == self.node.name and s_name != self.name and s_name != "_asks"
-                    and s_name in self.node.actors):
+            by_actor = (s_node == self.node.name and s_name != self.name
+                        and s_name != "_asks" and s_name in self.node.actors)
+            if by_actor:
                 self.messages_dequeued += len(entries)
             handlers = self._handlers
             # handler_ns (actor_handle_seconds): one clock read per batch and one per
@@ -928,6 +929,8 @@ class Actor(PykkaActor):
             wall_ns = self.clock.wall_ns
             for i, entry in enumerate(entries):
                 if self._dead:  # supervision gave up on a crash just now
+                    if by_actor:  # the rest are dead letters, and counted as such
+                        self.messages_dequeued -= len(entries) - i
                     self.node._entries_undelivered(s_node, s_name, entries[i:], self.address,
                                                    f"actor {self.address} stopped", s_inc)
                     break

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.node import (
     AskFailed,
@@ -23,11 +24,14 @@ from tests.fixtures.broker import free_port
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import (
     GATE,
+    Boom,
+    Fragile,
     GetState,
     Hold,
     OrderChecker,
     Sender,
     SendSeq,
+    Seq,
     SlowReceiver,
 )
 from wire import registry
@@ -256,4 +260,56 @@ def test_the_mailbox_depth_counts_what_waits_though_the_node_asked_the_actor(
         GATE.set()
         holder.join(20)
     assert wait_for(lambda: node.mailbox_depth("slow") == 0)
+    assert node.quiesce(timeout=5)
+
+
+class _GivesUp(Fragile):
+    """Stopped by supervision at its first crash."""
+
+    max_restarts = 0
+
+
+class _BoomFirst(Actor):
+    """Tells a Boom, then ``count`` Seq messages: one frame."""
+
+    @handles(SendSeq)
+    def on_send(self, msg: SendSeq) -> int:
+        target = Address(msg.node, msg.name)
+        self.tell(target, Boom("on purpose"))
+        for i in range(msg.count):
+            self.tell(target, Seq(self.name, i))
+        return msg.count
+
+
+def test_the_mailbox_depth_after_supervision_gave_up_in_the_middle_of_a_frame(
+        nodes: list[Node]) -> None:
+    """Supervision gives up on a crash in the middle of a frame: the rest of the frame
+    are dead letters, taken off the depth of the name as such, and they were taken off
+    once more as dequeued (the whole frame was counted so before its handling). The next
+    actor of the name then showed 3 messages fewer than wait for it. Each is counted once
+    now: 6 wait behind a held handler, the depth is 6."""
+    node = Node("depth-gave-up").start()
+    nodes.append(node)
+    sender = node.spawn(_BoomFirst, "s")
+    node.spawn(_GivesUp, "f")
+    fragile = node.actors["f"]
+    assert node.ask(sender, SendSeq(3, "depth-gave-up", "f")) == 3
+    assert wait_for(lambda: fragile.actor_stopped.is_set())
+    assert node.dead_letters.by_reason() == {"actor f@depth-gave-up stopped": 3}
+    assert node.mailbox_depth("f") == 0
+    node.spawn(SlowReceiver, "f")
+    slow = node.actors["f"]
+    GATE.clear()
+    holder = threading.Thread(target=node.ask, args=(slow.address, Hold(30.0), 20),
+                              daemon=True)
+    holder.start()
+    assert wait_for(lambda: slow.received == 1)
+    relay = node.spawn(Sender, "relay")
+    try:
+        assert node.ask(relay, SendSeq(6, "depth-gave-up", "f")) == 6
+        assert wait_for(lambda: node.mailbox_depth("f") == 6, timeout=5)
+    finally:
+        GATE.set()
+        holder.join(20)
+    assert wait_for(lambda: node.mailbox_depth("f") == 0)
     assert node.quiesce(timeout=5)

@@ -33,7 +33,7 @@ import pykka
 import zmq
 from loguru import logger
 
-from actors.runtime.actor import Actor, handles
+from actors.runtime.actor import _ORIGIN_HELD_MAX, Actor, _lists, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.counters import Counters, DeadLetters
@@ -142,6 +142,13 @@ class AskRouter(Actor):
         return super().on_receive(message)
 
     def _fail_asks(self, msg: FailAsks) -> None:
+        if msg.incarnation and not self._only_to(msg.sender, msg.incarnation):
+            # never to another process of that node: its ask ids start again at 1
+            self.node.dead_letters.record(
+                f"no route to actor {msg.sender} (the process of its node that asked is "
+                f"not the one these failures would reach)", len(msg.ask_ids),
+                sender=str(self.address), receiver=str(msg.sender))
+            return
         # as the answers to a frame of that sender's: held while the directory does not
         # list the process that asked yet (Actor.tell)
         self.current_sender = msg.sender
@@ -154,6 +161,26 @@ class AskRouter(Actor):
             self._origin = None
         if self._out:
             self.flush()
+
+    def _only_to(self, sender: Address, incarnation: bytes) -> bool:
+        """Whether answers to ``sender`` of its node's process ``incarnation`` can reach
+        that process only (Actor.tell): sent now (the directory lists it), held for it
+        alone (released once listed, dropped if not), or dropped as a process gone. Not
+        when answers to another process of that node are held already (what else is
+        sent to ``sender`` goes with them), nor where tell sends them to whatever the
+        directory lists by then (this actor stops, it holds for too many processes, or
+        nothing would read that node's registration)."""
+        held = self._origin_out.get(sender)
+        if held is not None:
+            return held[0] == incarnation
+        directory = self.node.directory
+        current = directory.nodes.get(sender.node)
+        if _lists(current, incarnation) or directory.was_earlier(sender.node, incarnation):
+            return True
+        return (not self._stopping and not self._dead
+                and len(self._origin_out) < _ORIGIN_HELD_MAX
+                and (current is not None or directory.kept
+                     or sender.node in directory.departed))
 
 
 class _Pending:

@@ -35,7 +35,7 @@ from tests.runtime.node_actors import (
     SlowReceiver,
 )
 from wire import registry
-from wire.envelope import new_entry
+from wire.envelope import incarnation_bytes, new_entry
 
 
 def _two_nodes(nodes: list[Node], tmp_path: Path, incarnation: str,
@@ -111,6 +111,55 @@ def test_the_failure_to_a_process_not_registered_yet_waits_for_its_registration(
     [exc] = failures
     assert isinstance(exc, AskFailed) and str(exc).endswith("actor checker@a stopped"), exc
     assert a.dead_letters.by_reason() == {"actor checker@a stopped": 1}
+    assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
+
+
+def test_a_failure_for_an_older_process_never_reaches_the_newer_one(
+        nodes: list[Node]) -> None:
+    """b restarted (process "2"; a lists "1") and asked a's stopped actor: a holds that
+    failure for process 2. A late frame of process 1 reaches the stopped actor too: its
+    failure was put behind the held one, as something else sent to b's ask router, and
+    went with it to process 2 once a listed it (ask ids start again at 1 in each process:
+    it could fail another ask there). It is a dead letter now; b's router gets its own
+    failure only."""
+    endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
+                 "b": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(OrderChecker, "checker")
+    restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation="2")
+    b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
+    nodes.append(b)
+    assert a.stop_actor("checker")
+    failures: list[BaseException] = []
+
+    def ask_it() -> None:
+        try:
+            b.ask(Address("a", "checker"), GetState(), timeout=20)
+        except Exception as exc:
+            failures.append(exc)
+
+    asker = threading.Thread(target=ask_it, daemon=True)
+    asker.start()
+    router = a.actor("_asks")
+    b_asks = Address("b", "_asks")
+    assert wait_for(lambda: b_asks in router._origin_out, timeout=10)
+    # the late frame of process 1, refused at the stopped actor (a's gateway does so)
+    a._entries_undelivered("b", "_asks", [_ask_entry(1)], Address("a", "checker"),
+                           "actor checker@a stopped", incarnation_bytes("1"))
+    stale = "no route to actor _asks@b"
+    assert wait_for(lambda: len(router._origin_out.get(b_asks, (0, 0, []))[2]) == 2
+                    or stale in a.dead_letters.by_reason(), timeout=10)
+    a.directory.learn("b", restarted)
+    asker.join(10)
+    assert not asker.is_alive()
+    [exc] = failures
+    assert isinstance(exc, AskFailed) and str(exc).endswith("actor checker@a stopped"), exc
+    time.sleep(0.3)  # what came with that failure was handled with it
+    assert b.actor("_asks").received == 1
+    assert a.dead_letters.by_reason() == {"actor checker@a stopped": 2, stale: 1}
+    assert (f"{stale} (the process of its node that asked is not the one these failures "
+            f"would reach)", "_asks@a", "_asks@b") in a.dead_letters.last
     assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
 
 

@@ -38,7 +38,7 @@ import pykka
 import zmq
 from loguru import logger
 
-from actors.runtime.address import Address
+from actors.runtime.address import ASK_SENDER, Address
 from actors.runtime.clock import Clock
 from actors.runtime.direct import DirectLink
 from actors.runtime.directory import DEPARTED_HOLD_MS, NodeEndpoint
@@ -909,9 +909,9 @@ class Actor(PykkaActor):
         self._origin = (s_node, s_inc) if s_inc and s_node != self.node.name else None
         try:
             # taken from an actor of this node (Node.mailbox_depth); not the node's own
-            # asks (Node.ask sends as "_asks", its ask router's name, and counts nothing)
+            # asks (Node.ask sends as ASK_SENDER, its ask router's name, counting nothing)
             by_actor = (s_node == self.node.name and s_name != self.name
-                        and s_name != "_asks" and s_name in self.node.actors)
+                        and s_name != ASK_SENDER and s_name in self.node.actors)
             if by_actor:
                 self.messages_dequeued += len(entries)
             handlers = self._handlers

@@ -34,7 +34,7 @@ import zmq
 from loguru import logger
 
 from actors.runtime.actor import _ORIGIN_HELD_MAX, Actor, _lists, handles
-from actors.runtime.address import Address
+from actors.runtime.address import ASK_SENDER, Address
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.counters import Counters, DeadLetters
 from actors.runtime.direct import DirectLink
@@ -103,10 +103,6 @@ class Link:
         target = self.target
         return (target is not None and actors is not None and target._dead
                 and actors.get(target.name) is not target)
-
-
-ASK_SENDER = "_asks"
-"""The sender name of this node's asks (Node.ask), and the name of its ask router."""
 
 
 class FailAsks(NamedTuple):
@@ -351,10 +347,13 @@ class Node:
         if previous is not None:  # stopped: its counts are final
             self._replaced_sent += previous.sent_local
             self._replaced_received += previous.received
+        # the new actor first: a depth read in between never counts what the previous
+        # one took twice (Node.mailbox_depth)
+        self.actors[name] = actor
+        if previous is not None:
             with self._undelivered_lock:
                 self._dequeued_replaced[name] += previous.messages_dequeued
-        self.actors[name] = actor
-        if previous is None:
+        else:
             self._order.append(name)
         return actor.address
 

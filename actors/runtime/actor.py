@@ -38,7 +38,7 @@ import pykka
 import zmq
 from loguru import logger
 
-from actors.runtime.address import Address
+from actors.runtime.address import ASK_SENDER, Address
 from actors.runtime.clock import Clock
 from actors.runtime.direct import DirectLink
 from actors.runtime.directory import DEPARTED_HOLD_MS, NodeEndpoint
@@ -909,9 +909,10 @@ class Actor(PykkaActor):
         self._origin = (s_node, s_inc) if s_inc and s_node != self.node.name else None
         try:
             # taken from an actor of this node (Node.mailbox_depth); not the node's own
-            # asks (Node.ask sends as "_asks", its ask router's name, and counts nothing)
-            if (s_node == self.node.name and s_name != self.name and s_name != "_asks"
-                    and s_name in self.node.actors):
+            # asks (Node.ask sends as ASK_SENDER, its ask router's name, counting nothing)
+            by_actor = (s_node == self.node.name and s_name != self.name
+                        and s_name != ASK_SENDER and s_name in self.node.actors)
+            if by_actor:
                 self.messages_dequeued += len(entries)
             handlers = self._handlers
             # handler_ns (actor_handle_seconds): one clock read per batch and one per
@@ -928,6 +929,8 @@ class Actor(PykkaActor):
             wall_ns = self.clock.wall_ns
             for i, entry in enumerate(entries):
                 if self._dead:  # supervision gave up on a crash just now
+                    if by_actor:  # the rest are dead letters, and counted as such
+                        self.messages_dequeued -= len(entries) - i
                     self.node._entries_undelivered(s_node, s_name, entries[i:], self.address,
                                                    f"actor {self.address} stopped", s_inc)
                     break

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+ASK_SENDER = "_asks"
+"""The sender name of a node's asks (Node.ask), and the name of its ask router."""
+
 
 class Address(NamedTuple):
     """Where an actor lives: the node it runs on and its name there."""

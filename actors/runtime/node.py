@@ -33,8 +33,8 @@ import pykka
 import zmq
 from loguru import logger
 
-from actors.runtime.actor import Actor, handles
-from actors.runtime.address import Address
+from actors.runtime.actor import _ORIGIN_HELD_MAX, Actor, _lists, handles
+from actors.runtime.address import ASK_SENDER, Address
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.counters import Counters, DeadLetters
 from actors.runtime.direct import DirectLink
@@ -105,10 +105,6 @@ class Link:
                 and actors.get(target.name) is not target)
 
 
-ASK_SENDER = "_asks"
-"""The sender name of this node's asks (Node.ask), and the name of its ask router."""
-
-
 class FailAsks(NamedTuple):
     """pykka message to the ask router: answer these asks of ``sender`` (an actor of
     another node, of its process ``incarnation``; b"": none said) with a failure, ``why``."""
@@ -126,6 +122,10 @@ class AskRouter(Actor):
     loop sends the answer, as a handler's Reply goes."""
 
     mailbox_size = 100_000
+    # Those failures are all it sends to other nodes, and best effort (the asker's timeout
+    # covers a lost one): waiting on a link that takes nothing (its node dead, or never
+    # listening) would stall every ask of this node, and its stop, for good.
+    waits_on_remote = False
 
     @handles(Reply)
     def on_reply(self, msg: Reply) -> None:
@@ -138,6 +138,13 @@ class AskRouter(Actor):
         return super().on_receive(message)
 
     def _fail_asks(self, msg: FailAsks) -> None:
+        if msg.incarnation and not self._only_to(msg.sender, msg.incarnation):
+            # never to another process of that node: its ask ids start again at 1
+            self.node.dead_letters.record(
+                f"no route to actor {msg.sender} (the process of its node that asked is "
+                f"not the one these failures would reach)", len(msg.ask_ids),
+                sender=str(self.address), receiver=str(msg.sender))
+            return
         # as the answers to a frame of that sender's: held while the directory does not
         # list the process that asked yet (Actor.tell)
         self.current_sender = msg.sender
@@ -150,6 +157,26 @@ class AskRouter(Actor):
             self._origin = None
         if self._out:
             self.flush()
+
+    def _only_to(self, sender: Address, incarnation: bytes) -> bool:
+        """Whether answers to ``sender`` of its node's process ``incarnation`` can reach
+        that process only (Actor.tell): sent now (the directory lists it), held for it
+        alone (released once listed, dropped if not), or dropped as a process gone. Not
+        when answers to another process of that node are held already (what else is
+        sent to ``sender`` goes with them), nor where tell sends them to whatever the
+        directory lists by then (this actor stops, it holds for too many processes, or
+        nothing would read that node's registration)."""
+        held = self._origin_out.get(sender)
+        if held is not None:
+            return held[0] == incarnation
+        directory = self.node.directory
+        current = directory.nodes.get(sender.node)
+        if _lists(current, incarnation) or directory.was_earlier(sender.node, incarnation):
+            return True
+        return (not self._stopping and not self._dead
+                and len(self._origin_out) < _ORIGIN_HELD_MAX
+                and (current is not None or directory.kept
+                     or sender.node in directory.departed))
 
 
 class _Pending:
@@ -320,10 +347,13 @@ class Node:
         if previous is not None:  # stopped: its counts are final
             self._replaced_sent += previous.sent_local
             self._replaced_received += previous.received
+        # the new actor first: a depth read in between never counts what the previous
+        # one took twice (Node.mailbox_depth)
+        self.actors[name] = actor
+        if previous is not None:
             with self._undelivered_lock:
                 self._dequeued_replaced[name] += previous.messages_dequeued
-        self.actors[name] = actor
-        if previous is None:
+        else:
             self._order.append(name)
         return actor.address
 

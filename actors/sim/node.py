@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from actors.runtime.actor import Actor
-from actors.runtime.address import Address
+from actors.runtime.address import ASK_SENDER, Address
 from actors.runtime.clock import Clock
 from actors.runtime.directory import Directory, NodeEndpoint
 from actors.runtime.gateway import Gateway
@@ -83,7 +83,7 @@ class SimNode(Node):
         if self._started:
             return self
         self._started = True
-        self.spawn(AskRouter, "_asks")
+        self.spawn(AskRouter, ASK_SENDER)
         self.spawn(Gateway, "_gateway", endpoint=None)  # it pings peers; frames skip it
         return self
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.node import (
     AskFailed,
@@ -23,13 +24,18 @@ from tests.fixtures.broker import free_port
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import (
     GATE,
+    Boom,
+    Fragile,
     GetState,
     Hold,
     OrderChecker,
     Sender,
     SendSeq,
+    Seq,
     SlowReceiver,
 )
+from wire import registry
+from wire.envelope import incarnation_bytes, new_entry
 
 
 def _two_nodes(nodes: list[Node], tmp_path: Path, incarnation: str,
@@ -108,6 +114,55 @@ def test_the_failure_to_a_process_not_registered_yet_waits_for_its_registration(
     assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
 
 
+def test_a_failure_for_an_older_process_never_reaches_the_newer_one(
+        nodes: list[Node]) -> None:
+    """b restarted (process "2"; a lists "1") and asked a's stopped actor: a holds that
+    failure for process 2. A late frame of process 1 reaches the stopped actor too: its
+    failure was put behind the held one, as something else sent to b's ask router, and
+    went with it to process 2 once a listed it (ask ids start again at 1 in each process:
+    it could fail another ask there). It is a dead letter now; b's router gets its own
+    failure only."""
+    endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
+                 "b": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(OrderChecker, "checker")
+    restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation="2")
+    b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
+    nodes.append(b)
+    assert a.stop_actor("checker")
+    failures: list[BaseException] = []
+
+    def ask_it() -> None:
+        try:
+            b.ask(Address("a", "checker"), GetState(), timeout=20)
+        except Exception as exc:
+            failures.append(exc)
+
+    asker = threading.Thread(target=ask_it, daemon=True)
+    asker.start()
+    router = a.actor("_asks")
+    b_asks = Address("b", "_asks")
+    assert wait_for(lambda: b_asks in router._origin_out, timeout=10)
+    # the late frame of process 1, refused at the stopped actor (a's gateway does so)
+    a._entries_undelivered("b", "_asks", [_ask_entry(1)], Address("a", "checker"),
+                           "actor checker@a stopped", incarnation_bytes("1"))
+    stale = "no route to actor _asks@b"
+    assert wait_for(lambda: len(router._origin_out.get(b_asks, (0, 0, []))[2]) == 2
+                    or stale in a.dead_letters.by_reason(), timeout=10)
+    a.directory.learn("b", restarted)
+    asker.join(10)
+    assert not asker.is_alive()
+    [exc] = failures
+    assert isinstance(exc, AskFailed) and str(exc).endswith("actor checker@a stopped"), exc
+    time.sleep(0.3)  # what came with that failure was handled with it
+    assert b.actor("_asks").received == 1
+    assert a.dead_letters.by_reason() == {"actor checker@a stopped": 2, stale: 1}
+    assert (f"{stale} (the process of its node that asked is not the one these failures "
+            f"would reach)", "_asks@a", "_asks@b") in a.dead_letters.last
+    assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
+
+
 def test_an_ask_of_another_node_with_no_route_still_waits(
         nodes: list[Node], tmp_path: Path) -> None:
     """Unchanged: an ask to a node the directory does not list has no route; it waits its
@@ -117,6 +172,38 @@ def test_an_ask_of_another_node_with_no_route_still_waits(
     with pytest.raises(AskTimeout, match=r"^no answer from checker@c to GetState in 0\.5 s$"):
         a.ask(Address("c", "checker"), GetState(), timeout=0.5)
     assert time.monotonic() - started >= 0.5
+
+
+def _ask_entry(ask_id: int) -> list[Any]:
+    """An ask's envelope, as another node's frame carries it."""
+    return new_entry(registry.type_id_of(GetState), 0, 0, 0, 0, ask_id, GetState())
+
+
+def test_failures_to_a_node_that_takes_nothing_never_stall_the_ask_router(
+        nodes: list[Node]) -> None:
+    """The ask router answers another node's asks to a stopped actor with failures; it
+    waited, as any actor, while the link to that node took nothing (a node listed with
+    nobody listening). Past the link's 100 frames it waited for good: every ask of the
+    node then timed out, and the node never quiesced nor stopped. The failures are best
+    effort now (the asker's timeout covers a lost one): what the link does not take is a
+    dead letter, and the router goes on."""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1")) for n in ("a", "c")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    checker = a.spawn(OrderChecker, "checker")
+    for ask_id in range(1, 401):  # c's asks that reached a stopped actor here
+        a._entries_undelivered("c", "_asks", [_ask_entry(ask_id)], Address("a", "gone"),
+                               "actor gone@a stopped")
+    # the link queues 100 frames; the rest are dead letters
+    assert wait_for(lambda: a.dead_letters.by_reason().get("link to node c takes nothing")
+                    == 300, timeout=10)
+    assert a.ask(checker, GetState(), timeout=5)["count"] == 0
+    assert a.dead_letters.by_reason()["actor gone@a stopped"] == 400
+    assert a.quiesce(timeout=5)
+    started = time.monotonic()
+    a.shutdown(timeout=5)
+    assert time.monotonic() - started < 5
+    assert a.actor("_asks").actor_stopped.is_set()
 
 
 class _HeldAskRouter(AskRouter):
@@ -222,4 +309,56 @@ def test_the_mailbox_depth_counts_what_waits_though_the_node_asked_the_actor(
         GATE.set()
         holder.join(20)
     assert wait_for(lambda: node.mailbox_depth("slow") == 0)
+    assert node.quiesce(timeout=5)
+
+
+class _GivesUp(Fragile):
+    """Stopped by supervision at its first crash."""
+
+    max_restarts = 0
+
+
+class _BoomFirst(Actor):
+    """Tells a Boom, then ``count`` Seq messages: one frame."""
+
+    @handles(SendSeq)
+    def on_send(self, msg: SendSeq) -> int:
+        target = Address(msg.node, msg.name)
+        self.tell(target, Boom("on purpose"))
+        for i in range(msg.count):
+            self.tell(target, Seq(self.name, i))
+        return msg.count
+
+
+def test_the_mailbox_depth_after_supervision_gave_up_in_the_middle_of_a_frame(
+        nodes: list[Node]) -> None:
+    """Supervision gives up on a crash in the middle of a frame: the rest of the frame
+    are dead letters, taken off the depth of the name as such, and they were taken off
+    once more as dequeued (the whole frame was counted so before its handling). The next
+    actor of the name then showed 3 messages fewer than wait for it. Each is counted once
+    now: 6 wait behind a held handler, the depth is 6."""
+    node = Node("depth-gave-up").start()
+    nodes.append(node)
+    sender = node.spawn(_BoomFirst, "s")
+    node.spawn(_GivesUp, "f")
+    fragile = node.actors["f"]
+    assert node.ask(sender, SendSeq(3, "depth-gave-up", "f")) == 3
+    assert wait_for(lambda: fragile.actor_stopped.is_set())
+    assert node.dead_letters.by_reason() == {"actor f@depth-gave-up stopped": 3}
+    assert node.mailbox_depth("f") == 0
+    node.spawn(SlowReceiver, "f")
+    slow = node.actors["f"]
+    GATE.clear()
+    holder = threading.Thread(target=node.ask, args=(slow.address, Hold(30.0), 20),
+                              daemon=True)
+    holder.start()
+    assert wait_for(lambda: slow.received == 1)
+    relay = node.spawn(Sender, "relay")
+    try:
+        assert node.ask(relay, SendSeq(6, "depth-gave-up", "f")) == 6
+        assert wait_for(lambda: node.mailbox_depth("f") == 6, timeout=5)
+    finally:
+        GATE.set()
+        holder.join(20)
+    assert wait_for(lambda: node.mailbox_depth("f") == 0)
     assert node.quiesce(timeout=5)

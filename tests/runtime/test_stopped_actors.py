@@ -76,11 +76,10 @@ def test_an_ask_of_another_node_to_a_stopped_actor_fails_at_once(
     assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
 
 
-def test_the_failure_to_a_process_not_registered_yet_waits_for_its_registration(
-        nodes: list[Node]) -> None:
-    """Node b restarted (process "2", a still lists "1") asks a's stopped actor: a's
-    failure answers that process, so it is held until a lists it (as any answer to it),
-    never sent to the old one; then b's ask fails."""
+def _restarted_b_asks_a_stopped_actor(nodes: list[Node]) -> tuple[
+        Node, Node, NodeEndpoint, list[BaseException], threading.Thread, Any]:
+    """Node b restarted as process "2" (a still lists "1") asks a's stopped actor from a
+    thread: (a, b, b's new endpoint, the ask's failures, the thread, a's ask router)."""
     endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
                  "b": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")}
     a = Node("a", directory=Directory(dict(endpoints))).start()
@@ -100,7 +99,15 @@ def test_the_failure_to_a_process_not_registered_yet_waits_for_its_registration(
 
     asker = threading.Thread(target=ask_it, daemon=True)
     asker.start()
-    router = a.actor("_asks")
+    return a, b, restarted, failures, asker, a.actor("_asks")
+
+
+def test_the_failure_to_a_process_not_registered_yet_waits_for_its_registration(
+        nodes: list[Node]) -> None:
+    """Node b restarted (process "2", a still lists "1") asks a's stopped actor: a's
+    failure answers that process, so it is held until a lists it (as any answer to it),
+    never sent to the old one; then b's ask fails."""
+    a, b, restarted, failures, asker, router = _restarted_b_asks_a_stopped_actor(nodes)
     wait_for(lambda: any(addr == Address("b", "_asks") and held[0] == b"2"
                          for addr, held in list(router._origin_out.items())), timeout=10)
     time.sleep(0.2)
@@ -122,26 +129,7 @@ def test_a_failure_for_an_older_process_never_reaches_the_newer_one(
     went with it to process 2 once a listed it (ask ids start again at 1 in each process:
     it could fail another ask there). It is a dead letter now; b's router gets its own
     failure only."""
-    endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
-                 "b": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")}
-    a = Node("a", directory=Directory(dict(endpoints))).start()
-    nodes.append(a)
-    a.spawn(OrderChecker, "checker")
-    restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation="2")
-    b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
-    nodes.append(b)
-    assert a.stop_actor("checker")
-    failures: list[BaseException] = []
-
-    def ask_it() -> None:
-        try:
-            b.ask(Address("a", "checker"), GetState(), timeout=20)
-        except Exception as exc:
-            failures.append(exc)
-
-    asker = threading.Thread(target=ask_it, daemon=True)
-    asker.start()
-    router = a.actor("_asks")
+    a, b, restarted, failures, asker, router = _restarted_b_asks_a_stopped_actor(nodes)
     b_asks = Address("b", "_asks")
     assert wait_for(lambda: b_asks in router._origin_out, timeout=10)
     # the late frame of process 1, refused at the stopped actor (a's gateway does so)
@@ -286,6 +274,20 @@ def test_a_name_spawned_again_starts_with_an_empty_mailbox_depth(
     assert node.quiesce(timeout=5)
 
 
+def _six_wait_then_none(node: Node, sender: Any, label: str, name: str,
+                        holder: threading.Thread) -> None:
+    """``sender`` sends 6 to ``name``, whose handler ``holder`` holds: its depth reads 6,
+    then 0 once the handler goes on, and the node quiesces."""
+    try:
+        assert node.ask(sender, SendSeq(6, label, name)) == 6
+        assert wait_for(lambda: node.mailbox_depth(name) == 6, timeout=5)
+    finally:
+        GATE.set()
+        holder.join(20)
+    assert wait_for(lambda: node.mailbox_depth(name) == 0)
+    assert node.quiesce(timeout=5)
+
+
 def test_the_mailbox_depth_counts_what_waits_though_the_node_asked_the_actor(
         nodes: list[Node]) -> None:
     """The node's own asks (Node.ask, sent as "_asks") were taken off the depth as taken
@@ -302,14 +304,7 @@ def test_the_mailbox_depth_counts_what_waits_though_the_node_asked_the_actor(
     holder.start()
     slow_actor = node.actors["slow"]
     assert wait_for(lambda: slow_actor.received == 5)
-    try:
-        assert node.ask(sender, SendSeq(6, "depth-asks", "slow")) == 6
-        assert wait_for(lambda: node.mailbox_depth("slow") == 6, timeout=5)
-    finally:
-        GATE.set()
-        holder.join(20)
-    assert wait_for(lambda: node.mailbox_depth("slow") == 0)
-    assert node.quiesce(timeout=5)
+    _six_wait_then_none(node, sender, "depth-asks", "slow", holder)
 
 
 class _GivesUp(Fragile):
@@ -354,11 +349,4 @@ def test_the_mailbox_depth_after_supervision_gave_up_in_the_middle_of_a_frame(
     holder.start()
     assert wait_for(lambda: slow.received == 1)
     relay = node.spawn(Sender, "relay")
-    try:
-        assert node.ask(relay, SendSeq(6, "depth-gave-up", "f")) == 6
-        assert wait_for(lambda: node.mailbox_depth("f") == 6, timeout=5)
-    finally:
-        GATE.set()
-        holder.join(20)
-    assert wait_for(lambda: node.mailbox_depth("f") == 0)
-    assert node.quiesce(timeout=5)
+    _six_wait_then_none(node, relay, "depth-gave-up", "f", holder)

@@ -171,10 +171,14 @@ class AskRouter(Actor):
             return held[0] == incarnation
         directory = self.node.directory
         current = directory.nodes.get(sender.node)
-        if _lists(current, incarnation) or directory.was_earlier(sender.node, incarnation):
+        if _lists(current, incarnation):
             return True
-        return (not self._stopping and not self._dead
-                and len(self._origin_out) < _ORIGIN_HELD_MAX
+        if self._stopping or self._dead:
+            # tell neither holds nor drops a process gone now: it sends to the one listed
+            return False
+        if directory.was_earlier(sender.node, incarnation):
+            return True
+        return (len(self._origin_out) < _ORIGIN_HELD_MAX
                 and (current is not None or directory.kept
                      or sender.node in directory.departed))
 
@@ -676,13 +680,15 @@ class Node:
     def mailbox_depth(self, name: str) -> int:
         """Messages actors of this node sent to the actor ``name`` that it has not taken
         yet (the actor_mailbox_depth gauge)."""
-        actor = self.actors.get(name)
         enqueued = self.metrics.get(f"actor_messages_enqueued_total|actor={name}")
         # the sent count runs over every actor of that name: what earlier ones took, and
         # what reached any of them once stopped, is taken off (a name spawned again starts
-        # at 0). Counted on both sides by different threads: a moment's view may be short.
+        # at 0). Counted on both sides by different threads: a moment's view may be off.
+        # The replaced counts first, then the actor: spawn puts the new actor in before it
+        # adds the old one's count, so a respawn in between never counts that twice.
         with self._undelivered_lock:
             gone = self._undelivered_to[name] + self._dequeued_replaced[name]
+        actor = self.actors.get(name)
         taken = gone + (actor.messages_dequeued if actor is not None else 0)
         return max(0, enqueued - taken)
 

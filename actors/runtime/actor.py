@@ -93,6 +93,8 @@ def _lists(entry: NodeEndpoint | None, incarnation: bytes) -> bool:
 # Answers held for processes not registered yet (Actor._origin_out), per actor at most; past
 # it they go as any other send (a peer naming ever new processes cannot grow this)
 _ORIGIN_HELD_MAX = 1024
+# Actor._origin_route's answers
+_TO_LISTED, _TO_GONE, _TO_HOLD, _TO_ANY = "listed", "gone", "hold", "any"
 _EVENTS = zmq.EVENTS
 
 
@@ -381,25 +383,39 @@ class Actor(PykkaActor):
         frame's claim never changes where anything else goes, so a forged or stale one can
         delay only the answers to itself. The directory's keeper is asked to read the
         registrations again (rate-limited)."""
-        if self._stopping or self._dead:
-            return False  # what is held is dropped at the stop: go as on any other path
+        route = self._origin_route(address, incarnation)
+        if route in (_TO_LISTED, _TO_ANY):
+            return False
+        if route == _TO_GONE:
+            self._held_dead(address, [entry], _GONE_PROCESS)
+            return True
+        if address in self._out:
+            self._flush_one(address)  # what was sent before goes first
+        self._origin_out[address] = (incarnation, self.clock.monotonic_ns(), [entry], [True])
+        self.node.directory.want_reread(address.node)
+        return True
+
+    def _origin_route(self, address: Address, incarnation: bytes) -> str:
+        """Where an answer to ``address`` of its node's process ``incarnation`` goes now:
+        _TO_LISTED (sent: that process is listed, or the listing names no process),
+        _TO_GONE (a dead letter: a process the node had before the one listed), _TO_HOLD
+        (held until that process is listed), or _TO_ANY (sent to whatever is listed: this
+        actor stops, and what is held is dropped at the stop; nothing would read that
+        node's registration; or it holds for too many processes already)."""
         directory = self.node.directory
         node = address.node
         current = directory.nodes.get(node)
         if _lists(current, incarnation):
-            return False  # the process listed (or one whose process is not known)
+            return _TO_LISTED
+        if self._stopping or self._dead:
+            return _TO_ANY
         if directory.was_earlier(node, incarnation):
-            self._held_dead(address, [entry], _GONE_PROCESS)
-            return True
+            return _TO_GONE
         if current is None and not directory.kept and node not in directory.departed:
-            return False  # nothing would read its registration: as to any unknown node
+            return _TO_ANY  # as to any unknown node
         if len(self._origin_out) >= _ORIGIN_HELD_MAX:
-            return False
-        if address in self._out:
-            self._flush_one(address)  # what was sent before goes first
-        self._origin_out[address] = (incarnation, self.clock.monotonic_ns(), [entry], [True])
-        directory.want_reread(node)
-        return True
+            return _TO_ANY
+        return _TO_HOLD
 
     def _hold_more(self, address: Address, held: tuple[bytes, int, list[Any], list[bool]],
                    entry: list[Any], answer: bool) -> None:

@@ -33,7 +33,7 @@ import pykka
 import zmq
 from loguru import logger
 
-from actors.runtime.actor import _ORIGIN_HELD_MAX, Actor, _lists, handles
+from actors.runtime.actor import _TO_ANY, Actor, handles
 from actors.runtime.address import ASK_SENDER, Address
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.counters import Counters, DeadLetters
@@ -169,18 +169,7 @@ class AskRouter(Actor):
         held = self._origin_out.get(sender)
         if held is not None:
             return held[0] == incarnation
-        directory = self.node.directory
-        current = directory.nodes.get(sender.node)
-        if _lists(current, incarnation):
-            return True
-        if self._stopping or self._dead:
-            # tell neither holds nor drops a process gone now: it sends to the one listed
-            return False
-        if directory.was_earlier(sender.node, incarnation):
-            return True
-        return (len(self._origin_out) < _ORIGIN_HELD_MAX
-                and (current is not None or directory.kept
-                     or sender.node in directory.departed))
+        return self._origin_route(sender, incarnation) != _TO_ANY
 
 
 class _Pending:

@@ -98,6 +98,10 @@ RESTARTS_MAX = 5
 RESTART_WINDOW_S = 60.0
 READY_TIMEOUT_S = 60.0
 READY_LINE = "actorlog process ready"
+# what process 0's supervisor logs once process k (the pid) is ready: the broker log's
+# word that a process started or restarted serves (actors/hosts reads it after a kill)
+SERVES_LINE = "process {} (pid {}) serves connections"
+PROCESS_MODULE = "-m actors.processes "
 # The steps a process waits on before it serves (the ReplicaManager's answer, its
 # handlers' metadata, its shards' roles, the SCRAM users and ACLs) share one deadline,
 # this much short of the supervisor's READY_TIMEOUT_S (which counts from the spawn): what
@@ -123,6 +127,19 @@ so a test knows process 0 is still starting. Never set it outside tests."""
 def process_node_name(main: str, index: int) -> str:
     """The runtime node name of process ``index`` (0 is the main process itself)."""
     return main if index == 0 else f"{main}-p{index}"
+
+
+def process_index_of(args: str) -> int | None:
+    """The index of a process 1.. of a broker from its command line as ``ps`` shows it
+    (``python -m actors.processes <spec>``); None for any other command line."""
+    at = args.find(PROCESS_MODULE)
+    if at < 0:
+        return None
+    try:
+        index = json.loads(args[at + len(PROCESS_MODULE):]).get("index")
+    except (ValueError, AttributeError):
+        return None
+    return index if isinstance(index, int) and index > 0 else None
 
 
 def lock_process(path: Path, timeout: float) -> int:
@@ -250,7 +267,7 @@ class ProcessSupervisor:
         spec = dict(self.spec, index=index, restarted=restarted,
                     generations=list(self.generations), wire=wire_fingerprint())
         return subprocess.Popen(
-            [sys.executable, "-m", "actors.processes", json.dumps(spec)],
+            [sys.executable, *PROCESS_MODULE.split(), json.dumps(spec)],
             stdout=subprocess.PIPE, text=True,
             preexec_fn=functools.partial(_die_with_parent, os.getpid()),
             cwd=str(Path(__file__).resolve().parents[1]))
@@ -263,7 +280,7 @@ class ProcessSupervisor:
             if ready:
                 line = proc.stdout.readline()
                 if line.strip() == READY_LINE:
-                    self.log.info("process {} (pid {}) serves connections", index, proc.pid)
+                    self.log.info(SERVES_LINE, index, proc.pid)
                     return
                 if not line:
                     break

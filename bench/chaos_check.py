@@ -19,7 +19,8 @@ manner of Jepsen's queue checkers:
   never delivered (a commit went past an unread record);
 * availability: the share of whole seconds of the run with at least one
   acknowledgement;
-* failover: per fault that took a leader out (kill, pause, isolate; not
+* failover: per fault that took a leader out (kill, pause, isolate, and
+  killproc for the partitions whose shard ran in the killed process; not
   netem, which only slows it down), the time from the fault to the first
   acknowledgement, on the partitions that node led, of a record sent after
   the fault; a fault after which none came is counted as unrecovered.
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Partition = int
-FAILOVER_KINDS = ("kill", "pause", "isolate")
+FAILOVER_KINDS = ("kill", "pause", "isolate", "killproc")
 
 
 @dataclass(frozen=True)

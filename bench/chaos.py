@@ -602,6 +602,9 @@ class ChaosRun:
                  "delivered_to_group": len(consumer.delivered),
                  "log_end_offsets": ends,
                  "unanswered": len(unanswered),
+                 # acknowledged, the delivery report without an offset (see Sent): checked
+                 # for loss, not for a move
+                 "acked_without_offset": sum(1 for x in sent if x.acked and x.offset is None),
                  "unanswered_examples": [asdict(r) for r in unanswered[:5]],
                  "killproc": {"restarted": sum(1 for f in killed if f.restarted_pid),
                               "gave_up": [f"node {f.node}: {f.gave_up}" for f in killed

@@ -460,8 +460,8 @@ class ChaosRun:
         fault = Injected(planned.kind, planned.node, now_ms(), led=led)
         if planned.kind == "killproc":
             # a node that a kill's heal saw answer may still be starting (process 0 answers
-            # before its processes 1.. are ready, and a process that dies then fails the
-            # start: no supervisor watches yet): a process of a node that serves is killed
+            # before its processes 1.. are ready): the process killed is one that serves,
+            # watched by the supervisor (the restart measured is not part of a start)
             serving = self.cluster.wait_processes_serving(planned.node,
                                                           PROCESS_RESTART_TIMEOUT_S)
             others = sorted(serving)

@@ -24,7 +24,8 @@ writing anything (process 0 holds the log dir's lock and its LogManager writes
 the checkpoints for every shard, whose reports come as messages). Process 0's
 ProcessSupervisor starts the others, restarts one that dies (its logs
 recovered as after a crash; ``RESTARTS_MAX`` within ``RESTART_WINDOW_S``, past
-that it stops the broker with one clear line), and stops them first at
+that it stops the broker with one clear line; one killed by a signal before it
+was ready too, at the broker's start or during a restart), and stops them first at
 shutdown: their shards' final checkpoint reports reach the LogManager while
 process 0 still runs, so it writes the clean-shutdown marker once its own shards
 closed too. A process whose parent dies gets SIGTERM (PR_SET_PDEATHSIG), so none
@@ -98,6 +99,10 @@ RESTARTS_MAX = 5
 RESTART_WINDOW_S = 60.0
 READY_TIMEOUT_S = 60.0
 READY_LINE = "actorlog process ready"
+# what process 0's supervisor logs once process k (the pid) is ready: the broker log's
+# word that a process started or restarted serves (actors/hosts reads it after a kill)
+SERVES_LINE = "process {} (pid {}) serves connections"
+PROCESS_MODULE = "-m actors.processes "
 # The steps a process waits on before it serves (the ReplicaManager's answer, its
 # handlers' metadata, its shards' roles, the SCRAM users and ACLs) share one deadline,
 # this much short of the supervisor's READY_TIMEOUT_S (which counts from the spawn): what
@@ -123,6 +128,19 @@ so a test knows process 0 is still starting. Never set it outside tests."""
 def process_node_name(main: str, index: int) -> str:
     """The runtime node name of process ``index`` (0 is the main process itself)."""
     return main if index == 0 else f"{main}-p{index}"
+
+
+def process_index_of(args: str) -> int | None:
+    """The index of a process 1.. of a broker from its command line as ``ps`` shows it
+    (``python -m actors.processes <spec>``); None for any other command line."""
+    at = args.find(PROCESS_MODULE)
+    if at < 0:
+        return None
+    try:
+        index = json.loads(args[at + len(PROCESS_MODULE):]).get("index")
+    except (ValueError, AttributeError):
+        return None
+    return index if isinstance(index, int) and index > 0 else None
 
 
 def lock_process(path: Path, timeout: float) -> int:
@@ -212,6 +230,10 @@ def _signals_held() -> Iterator[None]:
             raise _deferred.pop()
 
 
+class SupervisorGaveUp(RuntimeError):
+    """A process died more often than the restart budget allows (the message says so)."""
+
+
 class ProcessSupervisor:
     """Starts, watches, restarts and stops processes 1..N-1 of one broker."""
 
@@ -238,7 +260,7 @@ class ProcessSupervisor:
             with _signals_held():
                 self.procs[k] = self._spawn(k)
         for k in range(1, self.processes):
-            self._wait_ready(k, self.procs[k])
+            self._bring_up(k, self.procs[k], starting=True)
         with _signals_held():  # not interrupted between the thread's start and its run
             self.thread = threading.Thread(target=self._watch, name="process-supervisor",
                                            daemon=True)
@@ -250,12 +272,51 @@ class ProcessSupervisor:
         spec = dict(self.spec, index=index, restarted=restarted,
                     generations=list(self.generations), wire=wire_fingerprint())
         return subprocess.Popen(
-            [sys.executable, "-m", "actors.processes", json.dumps(spec)],
+            [sys.executable, *PROCESS_MODULE.split(), json.dumps(spec)],
             stdout=subprocess.PIPE, text=True,
             preexec_fn=functools.partial(_die_with_parent, os.getpid()),
             cwd=str(Path(__file__).resolve().parents[1]))
 
-    def _wait_ready(self, index: int, proc: subprocess.Popen[str]) -> None:
+    def _bring_up(self, index: int, proc: subprocess.Popen[str],
+                  starting: bool = False) -> subprocess.Popen[str]:
+        """Until process ``index`` (``proc``, just spawned) is ready; the process that is.
+        One killed by a signal before it was ready (the OOM killer, an operator; process 0
+        already serves connections while the others start) is spawned again as a restart,
+        within the restart budget, as one that dies later is: it used to stop the broker's
+        start, or the supervisor after a restart, at once. A process that exits on its own
+        before it is ready (its start failed) or is not ready in time stops them still:
+        RuntimeError (SupervisorGaveUp past the budget). ``starting``: the broker's start,
+        in its main thread, whose SIGTERM handler raises (held off while a process is made;
+        the watch thread never holds it: what the handler raised would be raised there)."""
+        while not self._wait_ready(index, proc):
+            self.log.error("broker process {} (pid {}) exited with {} before it was ready; "
+                           "restarting it", index, proc.pid, proc.returncode)
+            self._count_restart(index)
+            # kept where stop() finds it before any signal acts
+            with _signals_held() if starting else contextlib.nullcontext():
+                proc = self.procs[index] = self._spawn(index, restarted=True)
+            self.restarted += 1
+        return proc
+
+    def _count_restart(self, index: int) -> None:
+        """A restart of process ``index`` is due: counted in its window, its generation one
+        more (the new process takes it from its spec); SupervisorGaveUp past RESTARTS_MAX
+        within RESTART_WINDOW_S. A restart while other processes still start (the broker's
+        start, num.processes >= 3) spawned them with the generation before: their handlers
+        learn the new one from ProcessStarted, or from the new process's first refusal."""
+        now = time.monotonic()
+        window = [t for t in self.restarts[index] if now - t < RESTART_WINDOW_S]
+        if len(window) >= RESTARTS_MAX:
+            raise SupervisorGaveUp(f"broker process {index} died {len(window) + 1} times "
+                                   f"within {RESTART_WINDOW_S:.0f} s; stopping the broker")
+        window.append(now)
+        self.restarts[index] = window
+        self.generations[index] += 1
+
+    def _wait_ready(self, index: int, proc: subprocess.Popen[str]) -> bool:
+        """True once ``proc`` says it is ready; False when a signal killed it before (it
+        may be restarted); RuntimeError when it exited on its own or was not ready in
+        time (killed then)."""
         assert proc.stdout is not None
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -263,14 +324,19 @@ class ProcessSupervisor:
             if ready:
                 line = proc.stdout.readline()
                 if line.strip() == READY_LINE:
-                    self.log.info("process {} (pid {}) serves connections", index, proc.pid)
-                    return
-                if not line:
+                    self.log.info(SERVES_LINE, index, proc.pid)
+                    return True
+                if not line:  # its stdout closed: it exits (maybe not reaped yet)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=5)
                     break
             elif proc.poll() is not None:
                 break
+        died = proc.poll() is not None  # before the deadline, not by this kill
         proc.kill()
         proc.wait()
+        if died and proc.returncode < 0:
+            return False
         if proc.returncode == WIRE_MISMATCH_EXIT:
             raise RuntimeError(f"broker process {index} runs another inter-node wire than "
                                f"process 0 (its code on disk is another build); the broker "
@@ -283,21 +349,14 @@ class ProcessSupervisor:
             for k, proc in list(self.procs.items()):
                 if proc.poll() is None or self.stopping.is_set():
                     continue
-                now = time.monotonic()
-                window = [t for t in self.restarts[k] if now - t < RESTART_WINDOW_S]
                 self.log.error("broker process {} (pid {}) exited with {}; restarting it",
                                k, proc.pid, proc.returncode)
-                if len(window) >= RESTARTS_MAX:
-                    self.on_give_up(
-                        f"broker process {k} died {len(window) + 1} times within "
-                        f"{RESTART_WINDOW_S:.0f} s; stopping the broker")
-                    return
-                window.append(now)
-                self.restarts[k] = window
-                self.generations[k] += 1  # the new process takes it from its spec
                 try:
-                    fresh = self._spawn(k, restarted=True)
-                    self._wait_ready(k, fresh)
+                    self._count_restart(k)
+                    fresh = self._bring_up(k, self._spawn(k, restarted=True))
+                except SupervisorGaveUp as exc:
+                    self.on_give_up(str(exc))
+                    return
                 except (OSError, RuntimeError) as exc:
                     self.on_give_up(f"broker process {k} cannot restart: {exc}")
                     return

@@ -5,7 +5,10 @@ with replicas on up to three nodes; idempotent ``acks=all`` producers
 (confluent-kafka) send numbered records at a bounded rate, a consumer group
 reads and commits as it goes, and a seeded schedule injects one fault at a
 time on a random node (SIGKILL then a restart, SIGSTOP then SIGCONT, a cut
-link then healed, netem loss/delay then cleared). At the end every fault is
+link then healed, netem loss/delay then cleared, or ``killproc``: SIGKILL to one
+process 1.. of a node of num.processes >= 2, healed by the node's own supervisor,
+which restarts it: the bench waits until it serves again, and reports a supervisor
+that gave up instead, then starts the node again). At the end every fault is
 undone, the producers flush, the group catches up, a fresh consumer reads
 every partition from its start, and :mod:`bench.chaos_check` checks every
 acknowledged record. Every loop here is bounded in time, and the producers
@@ -14,6 +17,7 @@ in count too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
@@ -28,8 +32,11 @@ import click
 from bench.chaos_check import CheckResult, Fault, Sent, Stored, check
 
 BENCH_NAME = "chaos"
-FAULT_KINDS = ("kill", "pause", "isolate", "netem")
+FAULT_KINDS = ("kill", "pause", "isolate", "netem", "killproc")
 NETWORK_FAULTS = ("isolate", "netem")
+# killproc: from the kill until the node's supervisor has the process serving again (its
+# readiness deadline is 60 s, actors.processes.READY_TIMEOUT_S) and the node answers
+PROCESS_RESTART_TIMEOUT_S = 120.0
 
 
 def now_ms() -> int:
@@ -39,12 +46,14 @@ def now_ms() -> int:
 @dataclass(frozen=True)
 class Planned:
     """One fault of the schedule: ``kind`` on ``node`` at ``at_s`` after the start, for
-    ``hold_s`` seconds."""
+    ``hold_s`` seconds. ``pick`` (killproc): which process 1.. of the node, as ``pick``
+    modulo their count."""
 
     kind: str
     node: int
     at_s: float
     hold_s: float
+    pick: int = 0
 
 
 def plan_faults(seed: int, kinds: list[str], nodes: dict[str, list[int]], duration_s: float,
@@ -65,7 +74,10 @@ def plan_faults(seed: int, kinds: list[str], nodes: dict[str, list[int]], durati
         if t + hold > duration_s - 1.0:
             break
         kind = rng.choice(usable)
-        plan.append(Planned(kind, rng.choice(nodes[kind]), round(t, 3), round(hold, 3)))
+        node = rng.choice(nodes[kind])
+        # drawn for killproc alone: the other kinds' schedules of a seed stay as they were
+        pick = rng.randrange(1 << 16) if kind == "killproc" else 0
+        plan.append(Planned(kind, node, round(t, 3), round(hold, 3), pick))
         t += hold + rng.uniform(*gap_s)
     return plan
 
@@ -309,6 +321,13 @@ class Injected:
     healed_ms: int | None = None
     led: tuple[int, ...] = ()
     detail: str = ""
+    # killproc: the process of the node killed (1..), its pid, and how it ended: restarted
+    # (the new pid, ms from the kill until it served) or the supervisor gave up (its line)
+    process: int = 0
+    pid: int = 0
+    restarted_pid: int | None = None
+    restart_ms: int | None = None
+    gave_up: str = ""
 
 
 @dataclass
@@ -348,8 +367,32 @@ class ChaosRun:
 
     def targets(self) -> dict[str, list[int]]:
         netns_nodes = [i for i in self.cluster.plans if self.spec.host_of(i).via == "netns"]
-        return {k: (netns_nodes if k in NETWORK_FAULTS else sorted(self.cluster.plans))
-                for k in self.s.faults}
+        # killproc: nodes of more than one process (0 is one per CPU: counted once up)
+        multi = [i for i, plan in sorted(self.cluster.plans.items())
+                 if int(plan.config.get("num.processes", 0)) != 1]
+        return {k: (netns_nodes if k in NETWORK_FAULTS else multi if k == "killproc"
+                    else sorted(self.cluster.plans)) for k in self.s.faults}
+
+    def check_processes(self, nodes: list[int]) -> None:
+        """killproc's nodes each run a process 1.. (num.processes >= 2) once up."""
+        from actors.hosts.cluster import ClusterError
+
+        for i in nodes:
+            try:
+                self.cluster.wait_processes_serving(i, 60)
+            except ClusterError as exc:
+                raise click.ClickException(f"killproc needs nodes of num.processes >= 2, "
+                                           f"each process serving: {exc}") from None
+
+    def process_of(self, node: int, partition: int, processes: int) -> int:
+        """Which of the node's ``processes`` runs the bench topic's ``partition``'s shard."""
+        from actors.runtime.config import Config
+        from actors.topology import Topology, spread_index
+
+        plan = self.cluster.plans[node]
+        topo = Topology.from_config("chaos", Config(dict(plan.config)))
+        topo = dataclasses.replace(topo, process_nodes=tuple(f"p{k}" for k in range(processes)))
+        return topo.process_index(spread_index(self.s.topic, partition, topo.num_shards))
 
     def ensure_up(self) -> None:
         found = self.cluster.status(groups=False)
@@ -415,7 +458,21 @@ class ChaosRun:
         led = tuple(sorted(p for p, leader in self.leaders(exclude=planned.node).items()
                            if leader == planned.node))
         fault = Injected(planned.kind, planned.node, now_ms(), led=led)
-        if planned.kind == "kill":
+        if planned.kind == "killproc":
+            # a node that a kill's heal saw answer may still be starting (process 0 answers
+            # before its processes 1.. are ready): the process killed is one that serves,
+            # watched by the supervisor (the restart measured is not part of a start)
+            serving = self.cluster.wait_processes_serving(planned.node,
+                                                          PROCESS_RESTART_TIMEOUT_S)
+            others = sorted(serving)
+            fault.process = others[planned.pick % len(others)]
+            # the partitions it led whose shard runs in that process (the others it serves)
+            fault.led = tuple(p for p in led if self.process_of(planned.node, p,
+                                                                len(others) + 1) == fault.process)
+            fault.detail = f"process {fault.process}"
+            fault.at_ms = now_ms()
+            fault.pid = self.cluster.kill_process(planned.node, fault.process)
+        elif planned.kind == "kill":
             self.cluster.kill(planned.node)
         elif planned.kind == "pause":
             self.cluster.pause(planned.node)
@@ -437,9 +494,20 @@ class ChaosRun:
         return fault
 
     def heal(self, fault: Injected) -> None:
+        from actors.hosts.cluster import SupervisorGaveUp
         from actors.hosts.faults import Netem
 
-        if fault.kind == "kill":
+        if fault.kind == "killproc":
+            try:
+                fault.restarted_pid = self.cluster.wait_process_restarted(
+                    fault.node, fault.process, fault.pid, PROCESS_RESTART_TIMEOUT_S)
+                fault.restart_ms = now_ms() - fault.at_ms
+            except SupervisorGaveUp as exc:
+                fault.gave_up = exc.reason
+                self.say(f"SUPERVISOR GAVE UP: {exc}; starting node {fault.node} again")
+                self.cluster.start_node(fault.node, [])
+                self.cluster.wait_answering(fault.node, 90)
+        elif fault.kind == "kill":
             self.cluster.start_node(fault.node, [])
             self.cluster.wait_answering(fault.node, 90)
         elif fault.kind == "pause":
@@ -452,12 +520,18 @@ class ChaosRun:
 
     def run(self) -> tuple[CheckResult, dict[str, Any]]:
         s = self.s
-        plan = plan_faults(s.seed, s.faults, self.targets(), s.duration_s)
-        missing = [k for k in s.faults if not self.targets()[k]]
+        targets = self.targets()
+        plan = plan_faults(s.seed, s.faults, targets, s.duration_s)
+        missing = [k for k in s.faults if not targets[k]]
         if missing:
-            raise click.ClickException(f"faults {', '.join(missing)} need nodes on netns test "
-                                       f"hosts; {s.spec_path} has none")
+            raise click.ClickException(
+                f"faults {', '.join(missing)} need "
+                + ("nodes of num.processes >= 2" if missing == ["killproc"] else
+                   "nodes on netns test hosts (killproc: of num.processes >= 2)")
+                + f"; {s.spec_path} has none")
         self.ensure_up()
+        if "killproc" in targets:
+            self.check_processes(targets["killproc"])
         self.create_topic()
         bootstrap = self.cluster.bootstrap_servers()
         group = f"chaos-{s.seed}-{uuid.uuid4().hex[:6]}"
@@ -481,10 +555,15 @@ class ChaosRun:
                 self.say(f"{time.monotonic() - start:7.1f}s {planned.kind} node {planned.node}"
                          + (f" ({active.detail})" if active.detail else "")
                          + f"; it led partitions {list(active.led)}")
-                self._sleep_until(start + planned.at_s + planned.hold_s)
+                if planned.kind != "killproc":
+                    self._sleep_until(start + planned.at_s + planned.hold_s)
+                # killproc: its supervisor heals it, watched at once (its hold is a quiet gap)
                 self.heal(active)
-                self.say(f"{time.monotonic() - start:7.1f}s healed node {planned.node}")
+                self.say(f"{time.monotonic() - start:7.1f}s healed node {planned.node}"
+                         + (f" (process {active.process}: {describe_restart(active)})"
+                            if active.kind == "killproc" else ""))
                 active = None
+                self._sleep_until(start + planned.at_s + planned.hold_s)
             self._sleep_until(start + s.duration_s)
             finished = True
         finally:
@@ -509,6 +588,10 @@ class ChaosRun:
         sent = [Sent(r.producer, r.seq, r.partition, r.send_ms, r.ack_ms, r.offset, r.error)
                 for p in producers for r in p.records]
         faults = [Fault(f.kind, f.node, f.at_ms, f.healed_ms, f.led) for f in self.injected]
+        killed = [f for f in self.injected if f.kind == "killproc"]
+        # sent, then neither acknowledged nor failed: no delivery report by the producer's end
+        unanswered = [r for p in producers for r in p.records
+                      if r.ack_ms is None and r.error is None]
         result = check(sent, final, consumer.delivered, consumer.committed, faults,
                        start_ms, end_ms)
         extra = {"faults_injected": [{**asdict(f), "at_ms": f.at_ms - start_ms,
@@ -517,7 +600,17 @@ class ChaosRun:
                  "producer_instances": sum(p.instances for p in producers),
                  "commit_errors": consumer.commit_errors,
                  "delivered_to_group": len(consumer.delivered),
-                 "log_end_offsets": ends}
+                 "log_end_offsets": ends,
+                 "unanswered": len(unanswered),
+                 # acknowledged, the delivery report without an offset (see Sent): checked
+                 # for loss, not for a move
+                 "acked_without_offset": sum(1 for x in sent if x.acked and x.offset is None),
+                 "unanswered_examples": [asdict(r) for r in unanswered[:5]],
+                 "killproc": {"restarted": sum(1 for f in killed if f.restarted_pid),
+                              "gave_up": [f"node {f.node}: {f.gave_up}" for f in killed
+                                          if f.gave_up],
+                              "restart_ms": [f.restart_ms for f in killed
+                                             if f.restart_ms is not None]}}
         return result, extra
 
     def _wait_leaders(self, timeout_s: float) -> None:
@@ -542,16 +635,38 @@ class ChaosRun:
             self.cluster.down()
 
 
-def summary_lines(result: CheckResult, seed: int) -> list[str]:
+def describe_restart(fault: Injected) -> str:
+    if fault.gave_up:
+        return f"its supervisor GAVE UP: {fault.gave_up}"
+    return f"restarted by its supervisor as pid {fault.restarted_pid}, serving " \
+           f"{fault.restart_ms} ms after the kill"
+
+
+def killproc_line(extra: dict[str, Any]) -> list[str]:
+    """The summary's line for killproc faults (none when there were none)."""
+    k = extra.get("killproc") or {}
+    if not (k.get("restarted") or k.get("gave_up")):
+        return []
+    ms = sorted(k["restart_ms"])
+    line = (f"killproc: {k['restarted']} process(es) restarted by their supervisor and "
+            f"serving again" + (f" (ms from the kill: min {ms[0]}, median "
+                                f"{ms[len(ms) // 2]}, max {ms[-1]})" if ms else ""))
+    if k["gave_up"]:
+        line += f"; SUPERVISOR GAVE UP {len(k['gave_up'])} time(s): {k['gave_up'][0]}"
+    return [line]
+
+
+def summary_lines(result: CheckResult, seed: int,
+                  extra: dict[str, Any] | None = None) -> list[str]:
     fo = result.failover_summary()
-    return [
+    return [*killproc_line(extra or {}),
         f"sent {result.sent}, acked {result.acked}, failed {result.failed}, read back "
         f"{result.read}",
         f"lost {result.lost}, duplicated {result.duplicated}, reordered {result.reordered}, "
         f"moved {result.moved}, skipped by commits {result.skipped}",
         f"availability {result.availability:.1%} of seconds with an acknowledged produce",
         f"failover ms: min {fo['min']}, median {fo['median']}, max {fo['max']} over "
-        f"{fo['count']} kill/pause/isolate fault(s) of a leader; "
+        f"{fo['count']} kill/pause/isolate/killproc fault(s) of a leader; "
         f"{result.unrecovered_faults} unrecovered",
         ("OK: every acknowledged record is there once, in order" if result.ok else
          "NOT OK: " + "; ".join(f"{k}: {v[0]}" for k, v in result.examples.items()
@@ -565,7 +680,8 @@ def summary_lines(result: CheckResult, seed: int) -> list[str]:
 @click.option("--duration", "duration_s", type=click.FloatRange(min=5, max=24 * 3600),
               default=600, show_default=True, help="seconds of load and faults")
 @click.option("--faults", default="kill,pause,isolate,netem", show_default=True,
-              help="comma-separated: kill, pause, isolate, netem")
+              help="comma-separated: kill, pause, isolate, netem, killproc (one process 1.. "
+                   "of a node of num.processes >= 2)")
 @click.option("--seed", type=int, default=None, help="the fault schedule's seed (default: random)")
 @click.option("--partitions", type=click.IntRange(1, 64), default=3, show_default=True)
 @click.option("--replication-factor", "replication", type=click.IntRange(1, 3), default=3,
@@ -608,7 +724,7 @@ def command(spec_path: str, duration_s: float, faults: str, seed: int | None, pa
         raise click.ClickException(f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
     finally:
         run.close()
-    for line in summary_lines(result, seed):
+    for line in summary_lines(result, seed, extra):
         click.echo(line)
     if json_path:
         config = {"spec": spec_path, "duration_s": duration_s, "faults": kinds, "seed": seed,

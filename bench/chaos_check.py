@@ -19,7 +19,8 @@ manner of Jepsen's queue checkers:
   never delivered (a commit went past an unread record);
 * availability: the share of whole seconds of the run with at least one
   acknowledgement;
-* failover: per fault that took a leader out (kill, pause, isolate; not
+* failover: per fault that took a leader out (kill, pause, isolate, and
+  killproc for the partitions whose shard ran in the killed process; not
   netem, which only slows it down), the time from the fault to the first
   acknowledgement, on the partitions that node led, of a record sent after
   the fault; a fault after which none came is counted as unrecovered.
@@ -33,12 +34,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Partition = int
-FAILOVER_KINDS = ("kill", "pause", "isolate")
+FAILOVER_KINDS = ("kill", "pause", "isolate", "killproc")
 
 
 @dataclass(frozen=True)
 class Sent:
-    """One record a producer sent; ``offset``/``ack_ms`` are set when it was acknowledged."""
+    """One record a producer sent; ``ack_ms`` is set when its delivery report came, and
+    ``offset`` when that report had one. A success without an offset is acknowledged all the
+    same: an idempotent producer (librdkafka) reports records as persisted, offset unknown,
+    when the answer to their request was lost and a later batch of the same producer was
+    acknowledged (the broker has them, in sequence order)."""
 
     producer: int
     seq: int
@@ -50,7 +55,7 @@ class Sent:
 
     @property
     def acked(self) -> bool:
-        return self.offset is not None and self.error is None
+        return self.ack_ms is not None and self.error is None
 
 
 @dataclass(frozen=True)
@@ -136,8 +141,10 @@ def check(sent: Sequence[Sent], final: Iterable[Stored], delivered: Iterable[Sto
         if not copies:
             lost += 1
             _example(examples, "lost", f"producer {s.producer} seq {s.seq}: acked at "
-                     f"partition {s.partition} offset {s.offset}, not in the log")
-        elif not any(c.partition == s.partition and c.offset == s.offset for c in copies):
+                     f"partition {s.partition} offset "
+                     f"{'unknown' if s.offset is None else s.offset}, not in the log")
+        elif s.offset is not None and not any(c.partition == s.partition
+                                              and c.offset == s.offset for c in copies):
             moved += 1
             _example(examples, "moved", f"producer {s.producer} seq {s.seq}: acked at "
                      f"{s.partition}/{s.offset}, found at "

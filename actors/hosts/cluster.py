@@ -47,6 +47,7 @@ from actors.hosts.runner import (
     HostError,
     LocalRunner,
     NetnsRunner,
+    ProcessInfo,
     Runner,
     check_version,
     runner_for,
@@ -95,6 +96,18 @@ def describe_partition(state: dict[str, Any]) -> str:
 
 class ClusterError(RuntimeError):
     """A cluster command failed; the message is for the user (one or a few lines)."""
+
+
+class SupervisorGaveUp(ClusterError):
+    """A node stopped while its supervisor was to restart one of its processes (it could
+    not, or the process died too often); ``reason``: the node's own line for it."""
+
+    def __init__(self, node_id: int, index: int, reason: str) -> None:
+        super().__init__(f"node {node_id} stopped instead of restarting its process {index}: "
+                         f"{reason}")
+        self.node_id = node_id
+        self.index = index
+        self.reason = reason
 
 
 @dataclass
@@ -877,6 +890,122 @@ class Cluster:
 
     def resume(self, node_id: int) -> None:
         self.signal_node(node_id, "CONT", "resumed")
+
+    def node_processes(self, node_id: int) -> dict[int, ProcessInfo]:
+        """The node's live OS processes by index: 0, the one its pid file names, and each
+        process 1.. of num.processes its supervisor started (its process group, which the
+        node leads: started detached); empty when the node does not run."""
+        from actors.processes import process_index_of
+
+        proc = self.node(node_id)
+        main = proc.info()
+        if main is None:
+            return {}
+        found = {0: main}
+        for info in proc.runner.group(main.pid):
+            index = process_index_of(info.args)
+            if index is not None and info.pid != main.pid:
+                found[index] = info
+        return found
+
+    def process_serves(self, node_id: int, index: int, pid: int) -> bool:
+        """Whether the node's log says its process ``index`` of ``pid`` serves connections
+        (its supervisor found it ready: at the node's start, or after a restart)."""
+        from actors.processes import SERVES_LINE
+
+        plan = self.plans[node_id]
+        found = self.node(node_id).runner.run(
+            ["grep", "-aFc", SERVES_LINE.format(index, pid), plan.log_path], check=False)
+        return found.stdout.strip() not in ("", "0")
+
+    def wait_processes_serving(self, node_id: int, timeout_s: float) -> dict[int, int]:
+        """Until every process 1.. of the node (num.processes of its config, or as many as
+        run when that is 0, one per CPU) runs and serves: the node finished its start, and
+        its supervisor watches them. Index -> pid; ClusterError after ``timeout_s``."""
+        plan = self.plans[node_id]
+        wanted = int(plan.config.get("num.processes", 0))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.node_processes(node_id)
+            others = {k: info.pid for k, info in found.items() if k > 0}
+            if (found and others and (wanted == 0 or len(others) == wanted - 1)
+                    and all(self.process_serves(node_id, k, pid) for k, pid in others.items())):
+                return others
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"node {node_id} on {plan.host.name}: not every process serves within "
+                    f"{timeout_s:g} s (" + (f"running: {sorted(found)}" if found
+                                            else "the node does not run") + ")")
+            time.sleep(0.1)
+
+    def kill_process(self, node_id: int, index: int) -> int:
+        """SIGKILL process ``index`` (1..) of the node alone; its pid. The node's supervisor
+        (process 0) restarts it: :meth:`wait_process_restarted`."""
+        self.spec.node_ids([node_id])
+        proc = self.node(node_id)
+        target = self.node_processes(node_id).get(index)
+        if index < 1 or target is None or not proc.runner.signal(target.pid, "KILL"):
+            raise ClusterError(f"node {node_id} on {proc.host.name} has no running process "
+                               f"{index} (num.processes)")
+        self.say(f"node {node_id} on {proc.host.name}: process {index} killed (SIGKILL to "
+                 f"pid {target.pid})")
+        return target.pid
+
+    def wait_process_restarted(self, node_id: int, index: int, old_pid: int,
+                               timeout_s: float) -> int:
+        """Until process ``index`` of the node runs again as another pid than ``old_pid``,
+        the node's log says it serves connections (its supervisor found it ready) and the
+        node answers; the new pid. SupervisorGaveUp when the node stopped meanwhile (its
+        supervisor could not restart the process, or it died too often), with the node's
+        own words; ClusterError when none of that happened within ``timeout_s``."""
+        plan = self.plans[node_id]
+        where = f"node {node_id} on {plan.host.name}"
+        deadline = time.monotonic() + timeout_s
+        new_pid = None
+        since = f"broker process {index} (pid {old_pid}) exited"  # the supervisor's line
+        while True:
+            found = self.node_processes(node_id)
+            if not found:
+                raise SupervisorGaveUp(node_id, index, self.stop_reason(node_id, since))
+            fresh = found.get(index)
+            if fresh is not None and fresh.pid != old_pid:
+                new_pid = fresh.pid
+                if self.process_serves(node_id, index, new_pid):
+                    break
+            if time.monotonic() > deadline:
+                if (gave_up := self.gave_up_line(node_id, since)) is not None:  # stopping
+                    raise SupervisorGaveUp(node_id, index, gave_up)
+                raise ClusterError(
+                    f"{where}: process {index} (pid {old_pid} killed) "
+                    + (f"runs again as pid {new_pid} but did not serve" if new_pid else
+                       "was not restarted") + f" within {timeout_s:g} s")
+            time.sleep(0.1)
+        self.wait_answering(node_id, max(1.0, deadline - time.monotonic()))
+        self.say(f"{where}: process {index} restarted by its supervisor as pid {new_pid}, "
+                 f"serving")
+        return new_pid
+
+    def gave_up_line(self, node_id: int, since: str = "") -> str | None:
+        """The line of the node's log that says its supervisor gave up on a process (the
+        broker's "broker stopped", else the supervisor's own), or None; with ``since``,
+        only after the last line holding it (not an earlier life's of the node)."""
+        lines = self.node(node_id).log_tail(400).splitlines()
+        if since:
+            marks = [at for at, line in enumerate(lines) if since in line]
+            lines = lines[marks[-1]:] if marks else lines
+        for marker in ("actorlog: broker stopped:", "cannot restart:", "times within"):
+            said = [line for line in lines if marker in line]
+            if said:
+                return said[-1].strip()
+        return None
+
+    def stop_reason(self, node_id: int, since: str = "") -> str:
+        """Why the node stopped: :meth:`gave_up_line`, else its log's last line."""
+        said = self.gave_up_line(node_id, since)
+        if said is not None:
+            return said
+        lines = self.node(node_id).log_tail(1).splitlines()
+        return f"it exited; its log's last line: {lines[-1].strip() if lines else '(none)'}"
 
     def others_on(self, host: HostSpec, node_id: int) -> str:
         others = [i for i, n in self.spec.nodes.items() if n.host == host.name and i != node_id]

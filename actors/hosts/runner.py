@@ -184,6 +184,21 @@ class Runner:
         return parse_ps_line(pid, result.stdout.strip().splitlines()[0]) \
             if result.stdout.strip() else None
 
+    def group(self, pgid: int) -> list[ProcessInfo]:
+        """The live processes of process group ``pgid`` (a detached process and those it
+        started), by ``ps`` of every process; empty if there are none."""
+        result = self.run(["ps", "-e", "-ww", "-o", "pid=,pgid=,etimes=,stat=,args="],
+                          check=False)
+        found = []
+        for line in result.stdout.splitlines() if result.returncode == 0 else ():
+            parts = line.split(None, 2)
+            if len(parts) < 3 or not (parts[0].isdigit() and parts[1] == str(pgid)):
+                continue
+            info = parse_ps_line(int(parts[0]), parts[2])
+            if info is not None and info.alive:
+                found.append(info)
+        return found
+
     def signal(self, pid: int, signame: str, group: bool = False) -> bool:
         """``kill -s SIG pid``; False if there is no such process (any more). With ``group``,
         the process group ``pid`` leads (a detached process and what it started), or the

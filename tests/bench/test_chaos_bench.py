@@ -43,10 +43,8 @@ def test_the_schedule_is_seeded_bounded_and_healed_before_the_end() -> None:
     assert plan_faults(1, ["kill"], {"kill": [1]}, duration_s=5) == []
 
 
-@pytest.mark.local_hosts
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_a_short_chaos_run_reports_every_count(tmp_path: Path, zk_connect: str) -> None:
+def _local_spec(tmp_path: Path, zk_connect: str, config: str = "") -> Path:
+    """chaos.toml: three nodes on this machine (loopback ports, the test ZooKeeper)."""
     ports = [free_port() for _ in range(6)]
     nodes = "".join(
         f'[nodes.{i}]\nhost = "here"\nconfig = {{"listeners" = "127.0.0.1:{ports[2 * i - 2]}", '
@@ -64,7 +62,15 @@ connect = "{zk_connect}"
 "zookeeper.session.timeout.ms" = 4000
 "controlled.shutdown.retry.backoff.ms" = 500
 "trace.sample.ratio" = 0.0
-""")
+{config}""")
+    return spec
+
+
+@pytest.mark.local_hosts
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_short_chaos_run_reports_every_count(tmp_path: Path, zk_connect: str) -> None:
+    spec = _local_spec(tmp_path, zk_connect)
     out = tmp_path / "chaos.json"
     data = tmp_path / "chaos.cluster" / "data"
     marks = {i: running(f"serve --config {data / f'node-{i}' / 'node.toml'} ") for i in (1, 2, 3)}
@@ -109,6 +115,43 @@ connect = "{zk_connect}"
         pid_file = data / f"node-{i}" / "serve.pid"
         # no process runs that node's config (its pid alone may be another process's now)
         assert HeldProcess.take_if(int(pid_file.read_text()), marks[i]) is None
+
+
+@pytest.mark.local_hosts
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_killproc_kills_one_process_of_a_node_and_its_supervisor_restarts_it(
+        tmp_path: Path, zk_connect: str) -> None:
+    """Nodes of two processes; seed 28 over 30 s: kill node 1 at 4.7 s, killproc on node 1 at
+    13.1 s (once the restarted node has every process serving again), kill node 3 at
+    23.3 s. The killed process is restarted by the node's own supervisor (its log says so),
+    the node serves on, and every acknowledged record is read back."""
+    spec = _local_spec(tmp_path, zk_connect, '"num.processes" = 2\n"min.insync.replicas" = 2\n')
+    out = tmp_path / "chaos.json"
+    data = tmp_path / "chaos.cluster" / "data"
+    result = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "bench", "chaos", "--spec", str(spec),
+         "--duration", "30", "--faults", "kill,killproc", "--seed", "28", "--rate", "50",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    r = json.loads(out.read_text())["results"]
+    assert [(f["kind"], f["node"]) for f in r["faults_injected"]] == [
+        ("kill", 1), ("killproc", 1), ("kill", 3)], r["faults_injected"]
+    fault = r["faults_injected"][1]
+    assert fault["process"] == 1 and fault["gave_up"] == "", fault
+    assert fault["restarted_pid"] not in (None, fault["pid"]) and fault["restart_ms"] > 0
+    assert r["killproc"] == {"restarted": 1, "gave_up": [],
+                             "restart_ms": [fault["restart_ms"]]}
+    # the node's own word: its supervisor saw the process die and had the new one serve
+    log = (data / "node-1" / "serve.log").read_text()
+    assert f"broker process 1 (pid {fault['pid']}) exited with -9; restarting it" in log
+    assert f"process 1 (pid {fault['restarted_pid']}) serves connections" in log
+    assert r["acked"] > 0 and r["lost"] == 0 and r["read"] >= r["acked"], r
+    assert "killproc: 1 process(es) restarted by their supervisor and serving again" in \
+        result.stdout
+    assert "taking cluster chaos down" in result.stdout
 
 
 def _hold_node(bench: subprocess.Popen[str], node_dir: Path, mark: Check) -> HeldProcess:

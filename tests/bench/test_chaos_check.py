@@ -57,6 +57,21 @@ def test_an_acked_record_found_elsewhere_was_moved() -> None:
     assert (result.lost, result.moved) == (0, 1)
 
 
+def test_a_record_acknowledged_without_an_offset_is_checked_too() -> None:
+    """librdkafka's idempotent producer reports records of a request whose answer was lost as
+    persisted, offset unknown, once a later batch is acknowledged: they count as acknowledged
+    (they were left out of the loss check), and are found wherever the log has them."""
+    sent, stored = clean_run()
+    sent[4] = Sent(1, 4, 0, sent[4].send_ms, sent[4].ack_ms, None)   # stored at 0/2
+    result = check(sent, stored, stored, {}, [], START, START + 2000)
+    assert result.ok and (result.acked, result.lost, result.moved) == (20, 0, 0)
+    del stored[4]
+    result = check(sent, stored, stored, {}, [], START, START + 2000)
+    assert (result.acked, result.lost) == (20, 1)
+    assert result.examples["lost"] == [
+        "producer 1 seq 4: acked at partition 0 offset unknown, not in the log"]
+
+
 def test_a_commit_past_an_unread_record_is_skipped() -> None:
     sent, stored = clean_run()
     delivered = [s for s in stored if not (s.partition == 1 and s.offset == 3)]

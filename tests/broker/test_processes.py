@@ -157,6 +157,59 @@ def test_a_killed_process_is_restarted_and_the_data_stays(
     assert re.search(r"^\S+ \S+ [A-Z]+ +\[\S+-p1/shard-\d+\] ", broker.log(), re.M), broker.log()
 
 
+def test_a_process_killed_while_the_broker_starts_is_restarted(tmp_path: Path) -> None:
+    """Process 0 serves connections while process 1 starts (its Acceptors run first). Process
+    1 killed then (held before its ready line by the test hook) is restarted as one that
+    dies later is, and the broker starts and serves the partitions of both processes. Its
+    start used to stop at once: "broker process 1 did not start (exit code -9)"."""
+    from actors.processes import TEST_HOLD_READY_ENV
+
+    release = tmp_path / "release-ready"
+    broker = BrokerProcess(tmp_path / "data",
+                           config={"num.processes": 2, "num.processes.shard.placement": "spread"},
+                           env={TEST_HOLD_READY_ENV: str(release)})
+    outcome: list[BaseException | None] = []
+
+    def start() -> None:
+        try:
+            broker.start(timeout=150)
+            outcome.append(None)
+        except BaseException as exc:  # the test thread asserts on it
+            outcome.append(exc)
+
+    starting = threading.Thread(target=start, daemon=True)
+    starting.start()
+    try:
+        wait_for_log(broker, "holds its start until", timeout=90)
+        assert broker.proc is not None and broker.proc.poll() is None
+        main = broker.proc.pid
+        [first] = [int(p) for p in
+                   Path(f"/proc/{main}/task/{main}/children").read_text().split()]
+        with broker.hold_worker(first) as held:
+            assert held.kill()
+        restarting = (f"broker process 1 (pid {first}) exited with -9 before it was ready; "
+                      "restarting it")
+        assert restarting in wait_for_log(broker, restarting, timeout=30), broker.log()[-3000:]
+        release.touch()
+        starting.join(timeout=180)
+        assert outcome == [None], (outcome, broker.log()[-3000:])
+        [worker] = worker_pids(broker)
+        assert worker != first and serving(broker, worker)
+        with RawClient(broker.port) as client:
+            assert client.create_topic("started", 4) == 0
+            for p in range(4):  # shards of both processes
+                assert client.produce("started", p, record_batch([(None, b"v%d" % p)]),
+                                      acks=1).error_code == 0
+            for p in range(4):
+                values = [v for _o, _k, v in read_records(client.fetch("started", p, 0).records)]
+                assert values == [b"v%d" % p], p
+    finally:
+        release.touch()
+        starting.join(timeout=180)
+        if broker.proc is not None and broker.proc.poll() is None:
+            assert broker.stop() == 0, broker.log()[-3000:]
+
+
 def test_a_process_restarted_from_another_build_on_disk_stops_the_broker(
         tmp_path: Path) -> None:
     """Process 0 hands each process it spawns its inter-node wire fingerprint; one started

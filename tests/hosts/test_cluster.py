@@ -34,12 +34,13 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from actors.core.cluster_model import BrokerInfo, Endpoint, LeaderAndIsr, TopicAssignment
 from actors.core.cluster_model import TopicPartition as TP
 from actors.hosts import netns
-from actors.hosts.cluster import Cluster, ClusterError, open_store
+from actors.hosts.cluster import Cluster, ClusterError, SupervisorGaveUp, open_store
 from actors.hosts.faults import FaultError, Netem
 from actors.hosts.probe import metadata
 from actors.hosts.runner import local_version
 from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
+from actors.processes import RESTART_WINDOW_S, RESTARTS_MAX
 from bench.certs import make_pki
 from tests.fixtures.broker import BrokerProcess
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
@@ -1313,6 +1314,43 @@ def test_pause_and_resume_take_every_process_of_a_node(
     assert "node 1 on here: stopped" in down.stdout
     assert node.exited()
     wait_until(second.exited, timeout_s=30, what="node 1's process 1 to exit")
+
+
+@pytest.mark.local_hosts
+def test_a_killed_process_of_a_node_is_restarted_and_a_supervisor_that_gives_up_is_said(
+        spec_file: Path, zk_connect: str, holds: ExitStack) -> None:
+    """Cluster.kill_process: SIGKILL to process 1 of a node alone; its supervisor restarts it
+    (wait_process_restarted: another pid, serving). Killed past RESTARTS_MAX times within
+    RESTART_WINDOW_S, the supervisor stops the broker: SupervisorGaveUp, in its words."""
+    data = _up_one_node_of_two_processes(spec_file, zk_connect)
+    cluster = Cluster(load_spec(spec_file), say=lambda line: None)
+    try:
+        node, second = _hold_both_processes(data, holds)
+        assert cluster.wait_processes_serving(1, 60) == {1: second.pid}
+        assert {k: p.pid for k, p in cluster.node_processes(1).items()} == {
+            0: node.pid, 1: second.pid}
+        assert cluster.kill_process(1, 1) == second.pid
+        assert second.exited(timeout_s=10)
+        restarted = cluster.wait_process_restarted(1, 1, second.pid, 90)
+        assert restarted != second.pid and not node.exited()
+        assert cluster.node_processes(1)[1].pid == restarted
+        with pytest.raises(ClusterError, match="no running process 2"):
+            cluster.kill_process(1, 2)
+        # the first restart counts in the window: RESTARTS_MAX - 1 more are restarted, and
+        # the next death stops the broker (bounded: a slow restart leaves the window)
+        with pytest.raises(SupervisorGaveUp) as gave_up:
+            for _ in range(2 * RESTARTS_MAX):
+                killed = cluster.kill_process(1, 1)
+                cluster.wait_process_restarted(1, 1, killed, 90)
+        assert f"died {RESTARTS_MAX + 1} times within {RESTART_WINDOW_S:.0f} s; stopping " \
+            "the broker" in gave_up.value.reason, gave_up.value.reason
+        assert str(gave_up.value).startswith("node 1 stopped instead of restarting its "
+                                             "process 1: ")
+        assert node.exited(timeout_s=30) and cluster.node_processes(1) == {}
+    finally:
+        cluster.close()
+        down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stdout + down.stderr
 
 
 @pytest.mark.local_hosts

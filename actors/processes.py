@@ -289,6 +289,8 @@ class ProcessSupervisor:
         in its main thread, whose SIGTERM handler raises (held off while a process is made;
         the watch thread never holds it: what the handler raised would be raised there)."""
         while not self._wait_ready(index, proc):
+            if self.stopping.is_set():  # (the broker's own SIGTERM reached it: no restart)
+                return proc
             self.log.error("broker process {} (pid {}) exited with {} before it was ready; "
                            "restarting it", index, proc.pid, proc.returncode)
             self._count_restart(index)
@@ -353,12 +355,12 @@ class ProcessSupervisor:
                                k, proc.pid, proc.returncode)
                 try:
                     self._count_restart(k)
-                    fresh = self._bring_up(k, self._spawn(k, restarted=True))
-                except SupervisorGaveUp as exc:
-                    self.on_give_up(str(exc))
-                    return
+                    self.procs[k] = self._spawn(k, restarted=True)  # where stop() finds it
+                    fresh = self._bring_up(k, self.procs[k])
                 except (OSError, RuntimeError) as exc:
-                    self.on_give_up(f"broker process {k} cannot restart: {exc}")
+                    if not self.stopping.is_set():  # (the broker's stop ending it: no failure)
+                        self.on_give_up(str(exc) if isinstance(exc, SupervisorGaveUp) else
+                                        f"broker process {k} cannot restart: {exc}")
                     return
                 self.procs[k] = fresh
                 self.restarted += 1

@@ -21,6 +21,7 @@ is a CURVE client that expects the key the identity holds for that node.
 from __future__ import annotations
 
 import itertools
+import secrets
 import signal
 import socket
 import threading
@@ -61,6 +62,19 @@ _NOBLOCK = int(zmq.NOBLOCK)
 # still waits
 START_NOTE_S = 30.0
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+# A process's asks count up from a random start (Node.ask): a Reply or a failure meant for an
+# earlier process of this node (an answer that came late, the failure another node sends for
+# an ask that reached a stopped actor) then completes no ask of this one, even where nothing
+# names the process (a frame or a directory entry with no incarnation; with one, Actor.tell
+# and the ask router check it as well). A start below 2**62 leaves 3 * 2**62 asks before an
+# id would pass msgpack's uint64, the widest integer a frame carries: none wraps.
+ASK_ID_START_BITS = 62
+
+
+def first_ask_id() -> int:
+    """A random first ask id for a new process, 1 to 2**62 (0 means no ask)."""
+    return 1 + secrets.randbits(ASK_ID_START_BITS)
+
 
 # Re-exported: callers import these from here.
 __all__ = [
@@ -139,7 +153,8 @@ class AskRouter(Actor):
 
     def _fail_asks(self, msg: FailAsks) -> None:
         if msg.incarnation and not self._only_to(msg.sender, msg.incarnation):
-            # never to another process of that node: its ask ids start again at 1
+            # never to another process of that node: its asks count from another start,
+            # which a random one makes unlikely to reach these ids, not impossible
             self.node.dead_letters.record(
                 f"no route to actor {msg.sender} (the process of its node that asked is "
                 f"not the one these failures would reach)", len(msg.ask_ids),
@@ -198,7 +213,10 @@ class Node:
         clock: Clock | None = None,
         curve: CurveIdentity | None = None,
         direct_peers: Iterable[str] = (),
+        first_ask: int = 0,
     ) -> None:
+        """``first_ask``: the id of this process's first ask; 0, a random one
+        (:func:`first_ask_id`; a simulation derives its own from the seed)."""
         if not name or "/" in name or "@" in name:
             raise NodeError(f"bad node name {name!r}: must be non-empty, without '/' or '@'")
         self.name = name
@@ -246,7 +264,7 @@ class Node:
         )
         self._thread_links = threading.local()
         self._all_external_links: list[Link] = []
-        self._ask_ids = itertools.count(1)
+        self._ask_ids = itertools.count(first_ask or first_ask_id())
         self._pending: dict[int, _Pending] = {}
         self._external_sent = 0
         # what actors replaced by a namesake (Node.spawn after stop_actor) sent and took:

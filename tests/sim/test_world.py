@@ -124,3 +124,19 @@ def test_frames_go_through_the_registry_a_wrong_shape_is_a_dead_letter() -> None
     node_b = world.nodes["b"]
     assert "not an int" not in ponger.seen  # never handled: decoding refused the body
     assert any("malformed envelope" in reason for reason, _s, _r in node_b.dead_letters.last)
+
+
+def test_a_sim_nodes_asks_count_from_a_start_its_seed_decides() -> None:
+    """A Node's asks count from a random start (a Reply for an earlier process of the node
+    then completes none of its asks); a SimNode's start comes from the seed, the name and
+    the start of the node, as its process id does: one seed, the same ids; a node started
+    again, others."""
+    firsts = []
+    for seed in (21, 21, 22):
+        world = SimWorld(seed)
+        firsts.append(next(world.add_node("n")._ask_ids))
+    assert firsts[0] == firsts[1] != firsts[2]
+    again = SimWorld(21)
+    again.add_node("n").crash()
+    assert next(again.add_node("n")._ask_ids) not in (firsts[0], 0)
+    assert all(0 < first <= 2**62 for first in firsts)

@@ -141,6 +141,36 @@ class AskRouter(Actor):
     # listening) would stall every ask of this node, and its stop, for good.
     waits_on_remote = False
 
+    def __init__(self, node: Node, name: str, **kwargs: Any) -> None:
+        super().__init__(node, name, **kwargs)
+        # FailAsks go into the pykka inbox under this lock, and only while the router takes
+        # them: its stop says it no longer does, then answers what the inbox holds (its
+        # loop looks there no more), so each is answered or a dead letter (take_failures)
+        self._failures_lock = threading.Lock()
+        self._takes_failures = True
+
+    def take_failures(self, msg: FailAsks) -> bool:
+        """From any thread: hand ``msg`` to this router's loop; False, nothing handed, once
+        its stop took its last look at the inbox (Node._fail_remote_asks then records the
+        failures as dead letters)."""
+        with self._failures_lock:
+            if not self._takes_failures:
+                return False
+            try:
+                self.actor_ref.tell(msg)
+            except pykka.ActorDeadError:
+                return False
+            return True
+
+    def _finish_stop(self) -> None:
+        if not self.actor_stopped.is_set():
+            # What came into the inbox after the loop's last look at it (a FailAsks told
+            # while the stop ran) was never read: the asker waited its whole timeout
+            with self._failures_lock:
+                self._takes_failures = False
+            self._drain_pykka_inbox()
+        super()._finish_stop()
+
     @handles(Reply)
     def on_reply(self, msg: Reply) -> None:
         self.node._complete_ask(msg)
@@ -579,15 +609,17 @@ class Node:
 
     def _fail_remote_asks(self, sender: Address, incarnation: bytes, ask_ids: list[int],
                           why: str) -> None:
-        """Have the ask router answer asks of another node's ``sender`` with a failure
-        (with the router stopped, they wait their timeout, as before)."""
+        """Have the ask router answer asks of another node's ``sender`` with a failure;
+        once the router stopped (or began to: it takes them no more) those failures are
+        dead letters, and the asks wait their timeout."""
         router = self.actors.get(ASK_SENDER)
-        if router is None or router._dead:
+        if isinstance(router, AskRouter) and router.take_failures(
+                FailAsks(sender, incarnation, ask_ids, why)):
             return
-        try:
-            router.actor_ref.tell(FailAsks(sender, incarnation, ask_ids, why))
-        except pykka.ActorDeadError:
-            pass
+        self.dead_letters.record(
+            f"no route to actor {sender} (the ask router of node {self.name} stopped: "
+            f"failures to these asks are not sent)", len(ask_ids),
+            sender=str(Address(self.name, ASK_SENDER)), receiver=str(sender))
 
     def _receiver_gone(self, link: Link, name: str) -> bool:
         """A local link's send was refused: whether the mailbox it reaches is gone, so

@@ -297,6 +297,101 @@ def test_a_reply_meant_for_an_earlier_process_completes_no_ask_of_the_new_one(
     assert a2.quiesce(timeout=5) and b.quiesce(timeout=5)
 
 
+class _StopHeldAskRouter(AskRouter):
+    """An ask router whose loop, told to stop, waits in its turn until ``go`` is set: past
+    its last look at its pykka inbox, before its stop begins."""
+
+    def setup(self) -> None:
+        self.held = threading.Event()
+        self.go = threading.Event()
+
+    def on_turn(self) -> None:
+        if self._stopping and not self.held.is_set():
+            self.held.set()
+            self.go.wait(30)
+
+
+def _a_with_router(nodes: list[Node], router: type[AskRouter]) -> tuple[Node, Node, Any]:
+    """Node a, its ask router a ``router``, and node b, which asked a's "checker" once;
+    the checker stopped since. (a, b, a's router.)"""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1")) for n in ("a", "b")}
+    a = Node("a", directory=Directory(dict(endpoints)))
+    nodes.append(a)
+    a.spawn(router, "_asks")
+    a.start_gateway()
+    a.spawn(OrderChecker, "checker")
+    b = Node("b", directory=Directory(dict(endpoints))).start()
+    nodes.append(b)
+    assert b.ask(Address("a", "checker"), GetState(), timeout=10)["count"] == 0
+    assert a.stop_actor("checker")
+    return a, b, a.actors["_asks"]
+
+
+def test_a_failure_handed_to_the_ask_router_as_it_stops_is_still_sent(
+        nodes: list[Node]) -> None:
+    """b asks a's stopped actor while a's ask router stops, after its loop's last look at
+    its pykka inbox: the FailAsks waited there unread, and b's ask its whole timeout.
+    The stop answers what its inbox holds now: b's ask fails at once."""
+    a, b, router = _a_with_router(nodes, _StopHeldAskRouter)
+    stopper = threading.Thread(target=a.stop_actor, args=("_asks", 30), daemon=True)
+    stopper.start()
+    failures: list[BaseException] = []
+
+    def ask_it() -> None:
+        try:
+            b.ask(Address("a", "checker"), GetState(), timeout=10)
+        except Exception as exc:
+            failures.append(exc)
+
+    asker = threading.Thread(target=ask_it, daemon=True)
+    try:
+        assert router.held.wait(10)
+        asker.start()
+        assert wait_for(lambda: not router.actor_inbox.empty(), "the FailAsks", timeout=10)
+    finally:
+        router.go.set()
+    released = time.monotonic()
+    stopper.join(20)
+    asker.join(20)
+    assert not stopper.is_alive() and not asker.is_alive()
+    [exc] = failures
+    assert isinstance(exc, AskFailed) and str(exc).endswith("actor checker@a stopped"), exc
+    assert time.monotonic() - released < 5
+    assert a.dead_letters.by_reason() == {"actor checker@a stopped": 1}
+    assert router.actor_stopped.is_set()
+
+
+@pytest.mark.parametrize("router", ["stopping", "stopped"])
+def test_a_failure_the_ask_router_no_longer_takes_is_a_dead_letter(
+        nodes: list[Node], router: str) -> None:
+    """b asks a's stopped actor once a's ask router took its last look at its inbox (its
+    stop waits in its teardown), or stopped: the failure went into an inbox nobody reads,
+    or nowhere, and nothing said so. It is a dead letter now; the ask waits its timeout,
+    as before."""
+    a, b, asks = _a_with_router(nodes, _HeldAskRouter if router == "stopping" else AskRouter)
+    stopper = threading.Thread(target=a.stop_actor, args=("_asks", 30), daemon=True)
+    stopper.start()
+    lost = "no route to actor _asks@b"
+    try:
+        if router == "stopping":
+            assert asks.in_teardown.wait(10)
+        else:
+            stopper.join(20)
+            assert asks.actor_stopped.is_set()
+        with pytest.raises(AskTimeout):
+            b.ask(Address("a", "checker"), GetState(), timeout=1)
+        assert wait_for(lambda: lost in a.dead_letters.by_reason(), "the dead letter",
+                        timeout=10)
+    finally:
+        if router == "stopping":
+            asks.go.set()
+    stopper.join(20)
+    assert not stopper.is_alive()
+    assert a.dead_letters.by_reason() == {"actor checker@a stopped": 1, lost: 1}
+    assert (f"{lost} (the ask router of node a stopped: failures to these asks are not "
+            f"sent)", "_asks@a", "_asks@b") in a.dead_letters.last
+
+
 def test_a_name_spawned_again_starts_with_an_empty_mailbox_depth(
         nodes: list[Node]) -> None:
     """actor_mailbox_depth is what actors of the node sent to a name minus what its actor

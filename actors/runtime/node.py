@@ -385,7 +385,14 @@ class Node:
             why = actor._start_error
             raise NodeError(f"actor {name!r} failed to start on node {self.name}"
                             + (f": {str(why) or type(why).__name__}" if why is not None else ""))
-        if previous is not None:  # stopped: its counts are final
+        self._put_actor(name, actor, previous)
+        return actor.address
+
+    def _put_actor(self, name: str, actor: Actor, previous: Actor | None) -> None:
+        """Make ``actor`` the one of ``name``; what ``previous``, the namesake it replaces
+        (stopped: its counts are final), sent and took stays counted for quiesce and
+        mailbox_depth. (SimNode.spawn too.)"""
+        if previous is not None:
             self._replaced_sent += previous.sent_local
             self._replaced_received += previous.received
         # the new actor first: a depth read in between never counts what the previous
@@ -396,7 +403,6 @@ class Node:
                 self._dequeued_replaced[name] += previous.messages_dequeued
         else:
             self._order.append(name)
-        return actor.address
 
     def stop_actor(self, name: str, timeout: float = 10.0) -> bool:
         """Stop one actor (it finishes its mailbox first); an actor of that name may be

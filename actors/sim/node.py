@@ -99,9 +99,8 @@ class SimNode(Node):
             raise NodeError(f"node {self.name} is shut down")
         kwargs.pop("host", None)  # placement on threads means nothing here
         actor = actor_cls(self, name, **kwargs)
-        self.actors[name] = actor
-        if previous is None:
-            self._order.append(name)
+        # as Node.spawn: the previous actor's counts stay (Node.mailbox_depth)
+        self._put_actor(name, actor, previous)
         try:
             actor.setup()
         except Exception as exc:

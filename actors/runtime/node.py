@@ -21,6 +21,7 @@ is a CURVE client that expects the key the identity holds for that node.
 from __future__ import annotations
 
 import itertools
+import secrets
 import signal
 import socket
 import threading
@@ -61,6 +62,19 @@ _NOBLOCK = int(zmq.NOBLOCK)
 # still waits
 START_NOTE_S = 30.0
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+# A process's asks count up from a random start (Node.ask): a Reply or a failure meant for an
+# earlier process of this node (an answer that came late, the failure another node sends for
+# an ask that reached a stopped actor) then completes no ask of this one, even where nothing
+# names the process (a frame or a directory entry with no incarnation; with one, Actor.tell
+# and the ask router check it as well). A start below 2**62 leaves 3 * 2**62 asks before an
+# id would pass msgpack's uint64, the widest integer a frame carries: none wraps.
+ASK_ID_START_BITS = 62
+
+
+def first_ask_id() -> int:
+    """A random first ask id for a new process, 1 to 2**62 (0 means no ask)."""
+    return 1 + secrets.randbits(ASK_ID_START_BITS)
+
 
 # Re-exported: callers import these from here.
 __all__ = [
@@ -127,6 +141,36 @@ class AskRouter(Actor):
     # listening) would stall every ask of this node, and its stop, for good.
     waits_on_remote = False
 
+    def __init__(self, node: Node, name: str, **kwargs: Any) -> None:
+        super().__init__(node, name, **kwargs)
+        # FailAsks go into the pykka inbox under this lock, and only while the router takes
+        # them: its stop says it no longer does, then answers what the inbox holds (its
+        # loop looks there no more), so each is answered or a dead letter (take_failures)
+        self._failures_lock = threading.Lock()
+        self._takes_failures = True
+
+    def take_failures(self, msg: FailAsks) -> bool:
+        """From any thread: hand ``msg`` to this router's loop; False, nothing handed, once
+        its stop took its last look at the inbox (Node._fail_remote_asks then records the
+        failures as dead letters)."""
+        with self._failures_lock:
+            if not self._takes_failures:
+                return False
+            try:
+                self.actor_ref.tell(msg)
+            except pykka.ActorDeadError:
+                return False
+            return True
+
+    def _finish_stop(self) -> None:
+        if not self.actor_stopped.is_set():
+            # What came into the inbox after the loop's last look at it (a FailAsks told
+            # while the stop ran) was never read: the asker waited its whole timeout
+            with self._failures_lock:
+                self._takes_failures = False
+            self._drain_pykka_inbox()
+        super()._finish_stop()
+
     @handles(Reply)
     def on_reply(self, msg: Reply) -> None:
         self.node._complete_ask(msg)
@@ -139,7 +183,8 @@ class AskRouter(Actor):
 
     def _fail_asks(self, msg: FailAsks) -> None:
         if msg.incarnation and not self._only_to(msg.sender, msg.incarnation):
-            # never to another process of that node: its ask ids start again at 1
+            # never to another process of that node: its asks count from another start,
+            # which a random one makes unlikely to reach these ids, not impossible
             self.node.dead_letters.record(
                 f"no route to actor {msg.sender} (the process of its node that asked is "
                 f"not the one these failures would reach)", len(msg.ask_ids),
@@ -198,7 +243,10 @@ class Node:
         clock: Clock | None = None,
         curve: CurveIdentity | None = None,
         direct_peers: Iterable[str] = (),
+        first_ask: int = 0,
     ) -> None:
+        """``first_ask``: the id of this process's first ask; 0, a random one
+        (:func:`first_ask_id`; a simulation derives its own from the seed)."""
         if not name or "/" in name or "@" in name:
             raise NodeError(f"bad node name {name!r}: must be non-empty, without '/' or '@'")
         self.name = name
@@ -246,7 +294,7 @@ class Node:
         )
         self._thread_links = threading.local()
         self._all_external_links: list[Link] = []
-        self._ask_ids = itertools.count(1)
+        self._ask_ids = itertools.count(first_ask or first_ask_id())
         self._pending: dict[int, _Pending] = {}
         self._external_sent = 0
         # what actors replaced by a namesake (Node.spawn after stop_actor) sent and took:
@@ -337,7 +385,14 @@ class Node:
             why = actor._start_error
             raise NodeError(f"actor {name!r} failed to start on node {self.name}"
                             + (f": {str(why) or type(why).__name__}" if why is not None else ""))
-        if previous is not None:  # stopped: its counts are final
+        self._put_actor(name, actor, previous)
+        return actor.address
+
+    def _put_actor(self, name: str, actor: Actor, previous: Actor | None) -> None:
+        """Make ``actor`` the one of ``name``; what ``previous``, the namesake it replaces
+        (stopped: its counts are final), sent and took stays counted for quiesce and
+        mailbox_depth. (SimNode.spawn too.)"""
+        if previous is not None:
             self._replaced_sent += previous.sent_local
             self._replaced_received += previous.received
         # the new actor first: a depth read in between never counts what the previous
@@ -348,7 +403,6 @@ class Node:
                 self._dequeued_replaced[name] += previous.messages_dequeued
         else:
             self._order.append(name)
-        return actor.address
 
     def stop_actor(self, name: str, timeout: float = 10.0) -> bool:
         """Stop one actor (it finishes its mailbox first); an actor of that name may be
@@ -561,15 +615,17 @@ class Node:
 
     def _fail_remote_asks(self, sender: Address, incarnation: bytes, ask_ids: list[int],
                           why: str) -> None:
-        """Have the ask router answer asks of another node's ``sender`` with a failure
-        (with the router stopped, they wait their timeout, as before)."""
+        """Have the ask router answer asks of another node's ``sender`` with a failure;
+        once the router stopped (or began to: it takes them no more) those failures are
+        dead letters, and the asks wait their timeout."""
         router = self.actors.get(ASK_SENDER)
-        if router is None or router._dead:
+        if isinstance(router, AskRouter) and router.take_failures(
+                FailAsks(sender, incarnation, ask_ids, why)):
             return
-        try:
-            router.actor_ref.tell(FailAsks(sender, incarnation, ask_ids, why))
-        except pykka.ActorDeadError:
-            pass
+        self.dead_letters.record(
+            f"no route to actor {sender} (the ask router of node {self.name} stopped: "
+            f"failures to these asks are not sent)", len(ask_ids),
+            sender=str(Address(self.name, ASK_SENDER)), receiver=str(sender))
 
     def _receiver_gone(self, link: Link, name: str) -> bool:
         """A local link's send was refused: whether the mailbox it reaches is gone, so

@@ -28,7 +28,7 @@ from actors.runtime.address import ASK_SENDER, Address
 from actors.runtime.clock import Clock
 from actors.runtime.directory import Directory, NodeEndpoint
 from actors.runtime.gateway import Gateway
-from actors.runtime.node import AskRouter, Link, Node, NodeError
+from actors.runtime.node import ASK_ID_START_BITS, AskRouter, Link, Node, NodeError
 
 if TYPE_CHECKING:
     from actors.sim.world import SimWorld
@@ -67,8 +67,12 @@ class SimNode(Node):
     def __init__(self, name: str, world: SimWorld, *, clock: Clock,
                  directory: Directory | None = None, endpoint: NodeEndpoint | None = None,
                  incarnation: int = 1) -> None:
+        # Its first ask id as a real process's, random, but drawn from its process id (the
+        # seed, the name, the start) and no random source of the run: one seed, one run
+        process = int(world.process_id(name, incarnation), 16)
         super().__init__(name, directory=directory, endpoint=endpoint, clock=clock,
-                         context=cast(Any, _NoContext()))
+                         context=cast(Any, _NoContext()),
+                         first_ask=1 + (process >> (128 - ASK_ID_START_BITS)))
         self.world = world
         self.incarnation = incarnation
         self.crashed = False
@@ -95,9 +99,8 @@ class SimNode(Node):
             raise NodeError(f"node {self.name} is shut down")
         kwargs.pop("host", None)  # placement on threads means nothing here
         actor = actor_cls(self, name, **kwargs)
-        self.actors[name] = actor
-        if previous is None:
-            self._order.append(name)
+        # as Node.spawn: the previous actor's counts stay (Node.mailbox_depth)
+        self._put_actor(name, actor, previous)
         try:
             actor.setup()
         except Exception as exc:

@@ -167,9 +167,15 @@ class SimWorld:
             node.held.append((self._deliver, dst, incarnation, actor_name, frame))
             return
         actor = node.actors.get(actor_name)
-        if actor is None or actor.actor_stopped.is_set():
+        if actor is None:
             node.dead_letters.record(f"no actor named {actor_name!r} on node {dst}",
                                      receiver=actor_name)
+            return
+        if actor.actor_stopped.is_set():
+            # as a frame in a real actor's mailbox when it stops: its messages are dead
+            # letters, those of this node's actors taken off the name's depth
+            # (Node.mailbox_depth)
+            node._undelivered(frame, actor.address, f"actor {actor.address} stopped")
             return
         stalled = node.stalled.get(actor_name)
         if stalled is not None:  # its thread is stuck (a slow disk): wait behind it, in order

@@ -126,8 +126,8 @@ def test_a_failure_for_an_older_process_never_reaches_the_newer_one(
     """b restarted (process "2"; a lists "1") and asked a's stopped actor: a holds that
     failure for process 2. A late frame of process 1 reaches the stopped actor too: its
     failure was put behind the held one, as something else sent to b's ask router, and
-    went with it to process 2 once a listed it (ask ids start again at 1 in each process:
-    it could fail another ask there). It is a dead letter now; b's router gets its own
+    went with it to process 2 once a listed it (where process 2's ask ids met process 1's,
+    it failed another ask there). It is a dead letter now; b's router gets its own
     failure only."""
     a, b, restarted, failures, asker, router = _restarted_b_asks_a_stopped_actor(nodes)
     b_asks = Address("b", "_asks")
@@ -247,6 +247,149 @@ def test_a_reply_drained_from_the_stopping_ask_routers_mailbox_completes_its_ask
     assert answered_at - released < 5
     assert not node.dead_letters.by_reason()
     assert node.quiesce(timeout=5)
+
+
+@pytest.mark.parametrize("late", ["answer", "failure"])
+def test_a_reply_meant_for_an_earlier_process_completes_no_ask_of_the_new_one(
+        nodes: list[Node], late: str) -> None:
+    """Process 1 of node a asks b, gives up, and stops; process 2 of a (same endpoint,
+    nothing names either process: no incarnation) asks b again. A Reply for process 1's ask
+    reaches process 2 first: b's late answer, or a failure b sends for an ask of process
+    1 that reached a stopped actor. Each process counted its asks from 1: that Reply
+    completed process 2's first ask (with True, or AskFailed). Each counts from a random
+    start now: process 2's ask gets its own answer."""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1")) for n in ("a", "b")}
+    b = Node("b", directory=Directory(dict(endpoints))).start()
+    nodes.append(b)
+    slow = b.spawn(SlowReceiver, "slow")
+    a1 = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a1)
+    answers: list[Any] = []
+    GATE.clear()
+    try:
+        with pytest.raises(AskTimeout):  # answered once GATE is set: to process 2
+            a1.ask(slow, Hold(30.0), timeout=0.5)
+        earlier = next(a1._ask_ids) - 1  # that ask's id
+        a1.shutdown(timeout=5)
+        a2 = Node("a", directory=Directory(dict(endpoints))).start()
+        nodes.append(a2)
+
+        def ask_it() -> None:
+            try:
+                answers.append(a2.ask(slow, GetState(), timeout=20))
+            except Exception as exc:
+                answers.append(exc)
+
+        asker = threading.Thread(target=ask_it, daemon=True)
+        asker.start()
+        assert wait_for(lambda: a2._pending, "process 2's ask")  # behind the held Hold
+        router = a2.actors["_asks"]
+        if late == "failure":
+            b._entries_undelivered("a", "_asks", [_ask_entry(earlier)], Address("b", "gone"),
+                                   "actor gone@b stopped")
+            assert wait_for(lambda: router.received == 1, "b's failure at process 2")
+    finally:
+        GATE.set()  # the late answer, then process 2's, in order on one link
+    asker.join(20)
+    assert not asker.is_alive()
+    assert answers == [0] and type(answers[0]) is int, answers
+    assert router.received == (2 if late == "answer" else 3)  # the late ones came
+    assert a2.quiesce(timeout=5) and b.quiesce(timeout=5)
+
+
+class _StopHeldAskRouter(AskRouter):
+    """An ask router whose loop, told to stop, waits in its turn until ``go`` is set: past
+    its last look at its pykka inbox, before its stop begins."""
+
+    def setup(self) -> None:
+        self.held = threading.Event()
+        self.go = threading.Event()
+
+    def on_turn(self) -> None:
+        if self._stopping and not self.held.is_set():
+            self.held.set()
+            self.go.wait(30)
+
+
+def _a_with_router(nodes: list[Node], router: type[AskRouter]) -> tuple[Node, Node, Any]:
+    """Node a, its ask router a ``router``, and node b, which asked a's "checker" once;
+    the checker stopped since. (a, b, a's router.)"""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1")) for n in ("a", "b")}
+    a = Node("a", directory=Directory(dict(endpoints)))
+    nodes.append(a)
+    a.spawn(router, "_asks")
+    a.start_gateway()
+    a.spawn(OrderChecker, "checker")
+    b = Node("b", directory=Directory(dict(endpoints))).start()
+    nodes.append(b)
+    assert b.ask(Address("a", "checker"), GetState(), timeout=10)["count"] == 0
+    assert a.stop_actor("checker")
+    return a, b, a.actors["_asks"]
+
+
+def test_a_failure_handed_to_the_ask_router_as_it_stops_is_still_sent(
+        nodes: list[Node]) -> None:
+    """b asks a's stopped actor while a's ask router stops, after its loop's last look at
+    its pykka inbox: the FailAsks waited there unread, and b's ask its whole timeout.
+    The stop answers what its inbox holds now: b's ask fails at once."""
+    a, b, router = _a_with_router(nodes, _StopHeldAskRouter)
+    stopper = threading.Thread(target=a.stop_actor, args=("_asks", 30), daemon=True)
+    stopper.start()
+    failures: list[BaseException] = []
+
+    def ask_it() -> None:
+        try:
+            b.ask(Address("a", "checker"), GetState(), timeout=10)
+        except Exception as exc:
+            failures.append(exc)
+
+    asker = threading.Thread(target=ask_it, daemon=True)
+    try:
+        assert router.held.wait(10)
+        asker.start()
+        assert wait_for(lambda: not router.actor_inbox.empty(), "the FailAsks", timeout=10)
+    finally:
+        router.go.set()
+    released = time.monotonic()
+    stopper.join(20)
+    asker.join(20)
+    assert not stopper.is_alive() and not asker.is_alive()
+    [exc] = failures
+    assert isinstance(exc, AskFailed) and str(exc).endswith("actor checker@a stopped"), exc
+    assert time.monotonic() - released < 5
+    assert a.dead_letters.by_reason() == {"actor checker@a stopped": 1}
+    assert router.actor_stopped.is_set()
+
+
+@pytest.mark.parametrize("router", ["stopping", "stopped"])
+def test_a_failure_the_ask_router_no_longer_takes_is_a_dead_letter(
+        nodes: list[Node], router: str) -> None:
+    """b asks a's stopped actor once a's ask router took its last look at its inbox (its
+    stop waits in its teardown), or stopped: the failure went into an inbox nobody reads,
+    or nowhere, and nothing said so. It is a dead letter now; the ask waits its timeout,
+    as before."""
+    a, b, asks = _a_with_router(nodes, _HeldAskRouter if router == "stopping" else AskRouter)
+    stopper = threading.Thread(target=a.stop_actor, args=("_asks", 30), daemon=True)
+    stopper.start()
+    lost = "no route to actor _asks@b"
+    try:
+        if router == "stopping":
+            assert asks.in_teardown.wait(10)
+        else:
+            stopper.join(20)
+            assert asks.actor_stopped.is_set()
+        with pytest.raises(AskTimeout):
+            b.ask(Address("a", "checker"), GetState(), timeout=1)
+        assert wait_for(lambda: lost in a.dead_letters.by_reason(), "the dead letter",
+                        timeout=10)
+    finally:
+        if router == "stopping":
+            asks.go.set()
+    stopper.join(20)
+    assert not stopper.is_alive()
+    assert a.dead_letters.by_reason() == {"actor checker@a stopped": 1, lost: 1}
+    assert (f"{lost} (the ask router of node a stopped: failures to these asks are not "
+            f"sent)", "_asks@a", "_asks@b") in a.dead_letters.last
 
 
 def test_a_name_spawned_again_starts_with_an_empty_mailbox_depth(

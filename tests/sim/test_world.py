@@ -8,6 +8,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.directory import Directory, NodeEndpoint
 from actors.sim import SimWorld
+from tests.runtime.node_actors import OrderChecker, Sender, Seq
 from wire.registry import message
 
 
@@ -124,3 +125,57 @@ def test_frames_go_through_the_registry_a_wrong_shape_is_a_dead_letter() -> None
     node_b = world.nodes["b"]
     assert "not an int" not in ponger.seen  # never handled: decoding refused the body
     assert any("malformed envelope" in reason for reason, _s, _r in node_b.dead_letters.last)
+
+
+def test_a_sim_nodes_mailbox_depth_agrees_with_a_nodes_when_a_name_is_spawned_again() -> None:
+    """Node.mailbox_depth takes off what the actors a name's actor replaced took, and what
+    reached that name once its actor stopped (dead letters). A SimNode did neither: after
+    the checker took 5, stopped and was spawned again its depth read 5 with nothing
+    waiting, and 3 sent to it once stopped counted as waiting for good. It reads as a
+    Node's now: what is on its way, then 0."""
+    world = SimWorld(1)
+    node = world.add_node("n")
+    node.spawn(Sender, "s")
+    node.spawn(OrderChecker, "checker")
+    sender = node.actors["s"]
+
+    def send(count: int) -> None:
+        for i in range(count):
+            sender.tell(Address("n", "checker"), Seq("s", i))
+        sender.flush()
+
+    send(5)
+    assert node.mailbox_depth("checker") == 5  # on its way
+    world.run_for_ms(5)
+    assert node.actors["checker"].count == 5  # type: ignore[attr-defined]
+    assert node.mailbox_depth("checker") == 0
+    assert node.stop_actor("checker")
+    node.spawn(OrderChecker, "checker")
+    assert node.mailbox_depth("checker") == 0
+    send(3)
+    assert node.stop_actor("checker")
+    world.run_for_ms(5)  # they reach it stopped
+    assert node.dead_letters.by_reason() == {"actor checker@n stopped": 3}
+    assert node.mailbox_depth("checker") == 0
+    node.spawn(OrderChecker, "checker")
+    send(2)
+    assert node.mailbox_depth("checker") == 2
+    world.run_for_ms(5)
+    assert node.actors["checker"].count == 2  # type: ignore[attr-defined]
+    assert node.mailbox_depth("checker") == 0
+
+
+def test_a_sim_nodes_asks_count_from_a_start_its_seed_decides() -> None:
+    """A Node's asks count from a random start (a Reply for an earlier process of the node
+    then completes none of its asks); a SimNode's start comes from the seed, the name and
+    the start of the node, as its process id does: one seed, the same ids; a node started
+    again, others."""
+    firsts = []
+    for seed in (21, 21, 22):
+        world = SimWorld(seed)
+        firsts.append(next(world.add_node("n")._ask_ids))
+    assert firsts[0] == firsts[1] != firsts[2]
+    again = SimWorld(21)
+    again.add_node("n").crash()
+    assert next(again.add_node("n")._ask_ids) not in (firsts[0], 0)
+    assert all(0 < first <= 2**62 for first in firsts)

@@ -616,15 +616,15 @@ class Node:
     def _fail_remote_asks(self, sender: Address, incarnation: bytes, ask_ids: list[int],
                           why: str) -> None:
         """Have the ask router answer asks of another node's ``sender`` with a failure;
-        once the router stopped (or began to: it takes them no more) those failures are
-        dead letters, and the asks wait their timeout."""
+        from the router's ``_finish_stop`` on (while it is only stopping it still takes and
+        answers them) those failures are dead letters, and the asks wait their timeout."""
         router = self.actors.get(ASK_SENDER)
         if isinstance(router, AskRouter) and router.take_failures(
                 FailAsks(sender, incarnation, ask_ids, why)):
             return
         self.dead_letters.record(
-            f"no route to actor {sender} (the ask router of node {self.name} stopped: "
-            f"failures to these asks are not sent)", len(ask_ids),
+            f"failures to asks of {sender} not sent (the ask router of node {self.name} "
+            f"stopped)", len(ask_ids),
             sender=str(Address(self.name, ASK_SENDER)), receiver=str(sender))
 
     def _receiver_gone(self, link: Link, name: str) -> bool:
@@ -739,7 +739,7 @@ class Node:
 
     def _complete_ask(self, reply: Reply) -> None:
         pending = self._pending.get(reply.ask_id)
-        if pending is not None:
+        if pending is not None and pending.reply is None:  # the first answer is the answer
             pending.reply = reply
             pending.event.set()
 

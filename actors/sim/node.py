@@ -69,10 +69,12 @@ class SimNode(Node):
                  incarnation: int = 1) -> None:
         # Its first ask id as a real process's, random, but drawn from its process id (the
         # seed, the name, the start) and no random source of the run: one seed, one run
+        # (no simulated actor asks today: SimNode.ask raises, and a FailAsks its router
+        # took would wait in an inbox the simulation reads only at the router's stop)
         process = int(world.process_id(name, incarnation), 16)
         super().__init__(name, directory=directory, endpoint=endpoint, clock=clock,
                          context=cast(Any, _NoContext()),
-                         first_ask=1 + (process >> (128 - ASK_ID_START_BITS)))
+                         first_ask=1 + process % (1 << ASK_ID_START_BITS))
         self.world = world
         self.incarnation = incarnation
         self.crashed = False

@@ -245,12 +245,15 @@ class ProcessSupervisor:
         self.procs: dict[int, subprocess.Popen[str]] = {}
         self.restarts: dict[int, list[float]] = {k: [] for k in range(1, processes)}
         # Each process's generation: 0 at the broker's start, +1 at each restart of it
-        # (process 0 is never restarted). A process gets them all at spawn; exact, since
-        # only this supervisor's one thread changes them, and it changes none while a
-        # process it spawned is not ready yet (its handlers run then, and learn of later
-        # restarts by ProcessStarted).
+        # (process 0 is never restarted). A process gets them all at spawn; one changed
+        # while others still start (a restart during the broker's start, in its main
+        # thread, or later in the watch thread) reaches them by ProcessStarted, or by the
+        # restarted process's first refusal of a stale Append.
         self.generations = [0] * processes
         self.stopping = threading.Event()
+        # held to check ``stopping`` and spawn and keep the new process in ``procs`` as one
+        # step, and by stop() to set ``stopping``: none is spawned once stop() began
+        self._spawning = threading.RLock()
         self.thread: threading.Thread | None = None
         self.log = logger.bind(node=spec["main"])
         self.restarted = 0
@@ -278,27 +281,40 @@ class ProcessSupervisor:
             cwd=str(Path(__file__).resolve().parents[1]))
 
     def _bring_up(self, index: int, proc: subprocess.Popen[str],
-                  starting: bool = False) -> subprocess.Popen[str]:
-        """Until process ``index`` (``proc``, just spawned) is ready; the process that is.
-        One killed by a signal before it was ready (the OOM killer, an operator; process 0
+                  starting: bool = False) -> subprocess.Popen[str] | None:
+        """Until process ``index`` (``proc``, just spawned) is ready; the process that is
+        (None: the broker stops meanwhile, and stop() ends what ``procs`` holds).
+        One killed by SIGKILL before it was ready (the OOM killer, an operator; process 0
         already serves connections while the others start) is spawned again as a restart,
         within the restart budget, as one that dies later is: it used to stop the broker's
         start, or the supervisor after a restart, at once. A process that exits on its own
-        before it is ready (its start failed) or is not ready in time stops them still:
+        before it is ready (its start failed, or a crash's signal: SIGSEGV, SIGABRT, which
+        would come again) or is not ready in time stops them still:
         RuntimeError (SupervisorGaveUp past the budget). ``starting``: the broker's start,
         in its main thread, whose SIGTERM handler raises (held off while a process is made;
         the watch thread never holds it: what the handler raised would be raised there)."""
         while not self._wait_ready(index, proc):
-            if self.stopping.is_set():  # (the broker's own SIGTERM reached it: no restart)
-                return proc
+            if self.stopping.is_set():
+                return None
             self.log.error("broker process {} (pid {}) exited with {} before it was ready; "
                            "restarting it", index, proc.pid, proc.returncode)
             self._count_restart(index)
-            # kept where stop() finds it before any signal acts
             with _signals_held() if starting else contextlib.nullcontext():
-                proc = self.procs[index] = self._spawn(index, restarted=True)
+                fresh = self._respawn(index)
+            if fresh is None:
+                return None
+            proc = fresh
             self.restarted += 1
-        return proc
+        return None if self.stopping.is_set() else proc
+
+    def _respawn(self, index: int) -> subprocess.Popen[str] | None:
+        """Process ``index`` spawned again and kept where stop() finds it; None once the
+        broker stops (stop() ends what ``procs`` holds then; nothing is spawned after)."""
+        with self._spawning:
+            if self.stopping.is_set():
+                return None
+            proc = self.procs[index] = self._spawn(index, restarted=True)
+            return proc
 
     def _count_restart(self, index: int) -> None:
         """A restart of process ``index`` is due: counted in its window, its generation one
@@ -316,12 +332,14 @@ class ProcessSupervisor:
         self.generations[index] += 1
 
     def _wait_ready(self, index: int, proc: subprocess.Popen[str]) -> bool:
-        """True once ``proc`` says it is ready; False when a signal killed it before (it
-        may be restarted); RuntimeError when it exited on its own or was not ready in
-        time (killed then)."""
+        """True once ``proc`` says it is ready; False when SIGKILL ended it before (it may
+        be restarted) or the broker stops (stop() owns the process then); RuntimeError
+        when it exited on its own or was not ready in time (killed then)."""
         assert proc.stdout is not None
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
+            if self.stopping.is_set():
+                return False
             ready, _, _ = select.select([proc.stdout], [], [], 0.5)
             if ready:
                 line = proc.stdout.readline()
@@ -337,7 +355,8 @@ class ProcessSupervisor:
         died = proc.poll() is not None  # before the deadline, not by this kill
         proc.kill()
         proc.wait()
-        if died and proc.returncode < 0:
+        proc.stdout.close()
+        if died and proc.returncode == -signal.SIGKILL:
             return False
         if proc.returncode == WIRE_MISMATCH_EXIT:
             raise RuntimeError(f"broker process {index} runs another inter-node wire than "
@@ -353,16 +372,21 @@ class ProcessSupervisor:
                     continue
                 self.log.error("broker process {} (pid {}) exited with {}; restarting it",
                                k, proc.pid, proc.returncode)
+                if proc.stdout is not None:
+                    proc.stdout.close()
                 try:
                     self._count_restart(k)
-                    self.procs[k] = self._spawn(k, restarted=True)  # where stop() finds it
-                    fresh = self._bring_up(k, self.procs[k])
-                except (OSError, RuntimeError) as exc:
+                    fresh = self._respawn(k)
+                    if fresh is not None:
+                        fresh = self._bring_up(k, fresh)
+                # (ValueError: a pipe stop() closed under a read, as it stops)
+                except (OSError, RuntimeError, ValueError) as exc:
                     if not self.stopping.is_set():  # (the broker's stop ending it: no failure)
                         self.on_give_up(str(exc) if isinstance(exc, SupervisorGaveUp) else
                                         f"broker process {k} cannot restart: {exc}")
                     return
-                self.procs[k] = fresh
+                if fresh is None:  # the broker stops
+                    return
                 self.restarted += 1
 
     def stop(self, timeout: float = 30.0,
@@ -371,7 +395,8 @@ class ProcessSupervisor:
 
         ``while_stopping`` runs once they are signalled, before the wait (process 0
         stops its own intake then: its new requests would keep their shards busy)."""
-        self.stopping.set()
+        with self._spawning:
+            self.stopping.set()
         # (not alive: never started, or a start interrupted before it ran; it sees stopping)
         if (self.thread is not None and self.thread is not threading.current_thread()
                 and self.thread.is_alive()):

@@ -913,3 +913,72 @@ def test_a_parked_fetch_waits_in_the_purgatory_of_its_shards_process(tmp_path: P
         assert handled_by(metrics_port, "purgatory-0") >= before + 2 + 3
     finally:
         broker.stop()
+
+
+def _stand_in_spawn(spawned: list[tuple[subprocess.Popen[str], bool]], first: str,
+                    again: str) -> Any:
+    """ProcessSupervisor._spawn starting small real processes instead of broker processes:
+    ``first`` the code of a first life, ``again`` of a restarted one; each spawn is
+    listed with whether the supervisor was stopping then."""
+    from actors.processes import _die_with_parent
+
+    def spawn(sup: Any, index: int, restarted: bool = False) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-c", again if restarted else first],
+                                stdout=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: _die_with_parent(os.getppid()))
+        spawned.append((proc, sup.stopping.is_set()))
+        return proc
+
+    return spawn
+
+
+def test_a_stop_while_a_process_restarts_ends_it_and_restarts_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Process 1 dies and its restart is not ready yet when the broker stops: stop() ends
+    the restarting process (it was not where stop() looks), nothing is spawned once the
+    stop began, no give-up is reported and the supervisor's thread ends without an
+    exception (a pipe stop() closed under its read raised there)."""
+    from actors.processes import READY_LINE as SUPERVISED_READY
+    from actors.processes import ProcessSupervisor
+
+    spawned: list[tuple[subprocess.Popen[str], bool]] = []
+    ready = f"print({SUPERVISED_READY!r}, flush=True)\nimport time\ntime.sleep(60)"
+    monkeypatch.setattr(ProcessSupervisor, "_spawn",
+                        _stand_in_spawn(spawned, ready, "import time\ntime.sleep(60)"))
+    escaped: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
+    gave_up: list[str] = []
+    sup = ProcessSupervisor({"main": "stand-in"}, 2, gave_up.append).start()
+    try:
+        os.kill(spawned[0][0].pid, signal.SIGKILL)
+        assert wait_for(lambda: len(spawned) == 2, "the restart's spawn", timeout=10)
+        time.sleep(1.0)  # its wait for the ready line under way
+        sup.stop(timeout=10)
+        assert sup.thread is not None
+        sup.thread.join(10)
+        assert not sup.thread.is_alive()
+        assert [proc.poll() is not None for proc, _ in spawned] == [True, True]
+        assert [stopping for _, stopping in spawned] == [False, False]
+        assert gave_up == [] and escaped == []
+    finally:
+        for proc, _ in spawned:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_a_process_that_crashes_before_it_is_ready_stops_the_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only SIGKILL before the ready line (the OOM killer, an operator) is restarted: a
+    crash's own signal (SIGABRT here) would come again, so the start stops with its exit
+    code, at once, not after RESTARTS_MAX tries."""
+    from actors.processes import ProcessSupervisor
+
+    spawned: list[tuple[subprocess.Popen[str], bool]] = []
+    crash = "import os, signal\nos.kill(os.getpid(), signal.SIGABRT)"
+    monkeypatch.setattr(ProcessSupervisor, "_spawn", _stand_in_spawn(spawned, crash, crash))
+    sup = ProcessSupervisor({"main": "stand-in"}, 2, lambda reason: None)
+    with pytest.raises(RuntimeError, match=r"did not start \(exit code -6\)"):
+        sup.start()
+    assert len(spawned) == 1
+    sup.stop(timeout=10)

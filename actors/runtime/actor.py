@@ -232,6 +232,10 @@ class Actor(PykkaActor):
         self._enqueue_counts: Counter[str] | None = None  # this thread's, once it sends
         self._stopping = False
         self._members_stopping = False  # owner: whether any member began to stop
+        # Futures of the stops asked of this actor (pykka's stop): answered once it stopped.
+        # None once answered: a stop asked later (refused by the sealed inbox) is at once.
+        self._stop_waiters: list[Any] | None = []
+        self._stop_lock = threading.Lock()
         # actor_stopped, as a plain attribute: Event.is_set is a Python call, and the
         # dispatch loop looks at it for every message
         self._dead = False
@@ -1051,13 +1055,53 @@ class Actor(PykkaActor):
         """Finish what is in the mailbox, then stop (see Node.shutdown for the order)."""
         self._stopping = True
         self._owner._members_stopping = True
-        self._stop_waiters = getattr(self, "_stop_waiters", [])
         if reply_to is not None:
-            self._stop_waiters.append(reply_to)
+            self._answer_stop(reply_to)
+
+    def _answer_stop(self, reply_to: Any) -> None:
+        """A stop asked of this actor returns once it stopped (at once if it has)."""
+        with self._stop_lock:
+            if self._stop_waiters is not None:
+                self._stop_waiters.append(reply_to)
+                return
+        reply_to.set(None)
+
+    def _refused(self, env: Any) -> None:
+        """An envelope for the pykka inbox once the loop reads it no more (its stop began):
+        answered as pykka answers one for a stopped actor, from any thread. A stop returns
+        once the actor stopped; an ask fails with ActorDeadError; a guest handed to this
+        host fails to start; any other tell is a dead letter."""
+        message, reply_to = env.message, env.reply_to
+        if is_stop(message):
+            if reply_to is not None:
+                self._answer_stop(reply_to)
+        elif isinstance(message, _AdoptGuest):
+            message.guest._host_stopped(self)
+        elif reply_to is not None:
+            reply_to.set_exception((pykka.ActorDeadError, pykka.ActorDeadError(
+                f"{self.actor_ref} stopped before handling the message"), None))
+        else:
+            self.node.dead_letters.record(
+                f"actor {self.address} stopped (a {type(message).__name__} told to its "
+                f"pykka inbox as it stopped)", 1, receiver=str(self.address))
+
+    def _host_stopped(self, host: Actor) -> None:
+        """A guest whose adoption its host refused (it was stopping): never set up, it
+        stops; spawn, which waits for it, fails naming the host."""
+        self._start_error = RuntimeError(f"its host {host.name!r} stopped")
+        try:
+            self._finish_stop()
+        finally:
+            self._ready.set()
 
     def _finish_stop(self) -> None:
         if self.actor_stopped.is_set():
             return
+        # The loop looked at the pykka inbox for the last time: what came since, and what
+        # comes until (and after) this stop ends, is answered as to a stopped actor, never
+        # left unread (a second stop, run_turns' take_turn, a guest's adoption)
+        for env in self.actor_inbox.seal(self._refused):
+            self._refused(env)
         if self._owner is self:
             for guest in [m for m in self._members if m is not self]:
                 guest._finish_stop()
@@ -1094,7 +1138,9 @@ class Actor(PykkaActor):
         self._close_sockets()
         self._dead = True
         self.actor_stopped.set()
-        for waiter in getattr(self, "_stop_waiters", []):
+        with self._stop_lock:
+            waiters, self._stop_waiters = self._stop_waiters or [], None
+        for waiter in waiters:
             waiter.set(None)
 
     def _close_sockets(self) -> None:

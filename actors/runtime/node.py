@@ -786,7 +786,7 @@ class Node:
             try:
                 actor.actor_ref.ask(call_message("take_turn"), timeout=timeout)
             except pykka.ActorDeadError:
-                pass  # stopped meanwhile
+                pass  # stopped meanwhile, or its stop began (Actor._refused): it ended
 
     def advance_clock(self, ms: int, timeout: float = 10.0) -> None:
         """Move this node's ManualClock by ``ms``, let every actor act on it, then settle."""
@@ -814,6 +814,8 @@ class Node:
             if not actor.actor_stopped.is_set():
                 try:
                     actor.actor_ref.ask(call_message("on_stopping"), timeout=timeout)
+                except pykka.ActorDeadError:
+                    pass  # stopped meanwhile (or its stop began): it takes nothing more
                 except Exception as exc:
                     self.log.warning("actor {} did not stop intake cleanly: {}", actor.name, exc)
 

@@ -17,6 +17,7 @@ in count too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -38,6 +39,8 @@ NETWORK_FAULTS = ("isolate", "netem")
 # killproc: from the kill until the node's supervisor has the process serving again (its
 # readiness deadline is 60 s, actors.processes.READY_TIMEOUT_S) and the node answers
 PROCESS_RESTART_TIMEOUT_S = 120.0
+# a node whose supervisor gave up stops on its own: so long for it to be gone
+NODE_STOP_TIMEOUT_S = 60.0
 
 
 def now_ms() -> int:
@@ -502,8 +505,9 @@ class ChaosRun:
         return fault
 
     def heal(self, fault: Injected) -> None:
-        from actors.hosts.cluster import SupervisorGaveUp
+        from actors.hosts.cluster import ClusterError, SupervisorGaveUp
         from actors.hosts.faults import Netem
+        from actors.hosts.runner import HostError
 
         if fault.kind == "killproc":
             try:
@@ -513,6 +517,15 @@ class ChaosRun:
             except SupervisorGaveUp as exc:
                 fault.gave_up = exc.reason
                 self.say(f"SUPERVISOR GAVE UP: {exc}; starting node {fault.node} again")
+                # seen at the deadline, the node may still be shutting down: once it is
+                # gone (killed if its stop outlasts the bound), else start_node leaves it
+                if not self.cluster.wait_stopped(fault.node, NODE_STOP_TIMEOUT_S):
+                    with contextlib.suppress(HostError):  # (it may have gone just now)
+                        self.cluster.kill(fault.node)
+                    if not self.cluster.wait_stopped(fault.node, 10.0):
+                        raise ClusterError(f"node {fault.node} still runs "
+                                           f"{NODE_STOP_TIMEOUT_S:g} s after its supervisor "
+                                           "gave up, and 10 s after a SIGKILL") from None
                 self.cluster.start_node(fault.node, [])
                 self.cluster.wait_answering(fault.node, 90)
         elif fault.kind == "kill":

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from actors.hosts import netns
-from actors.hosts.cluster import ClusterError
+from actors.hosts.cluster import ClusterError, SupervisorGaveUp
 from actors.metadata.zk_server import free_port
+from bench import chaos
 from bench.chaos import ChaosRun, Injected, Planned, Settings, plan_faults
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
 from tests.fixtures.pids import Check, HeldProcess, running
@@ -128,6 +129,42 @@ def test_a_failed_heal_of_killproc_is_not_waited_for_again(
     finally:
         run.close()
     assert run.calls == [f"heal {kind}", "clients stopped"] + [f"heal {kind}"] * (heals - 1)
+
+
+@pytest.mark.parametrize("stops", [True, False])
+def test_a_node_whose_supervisor_gave_up_is_started_again_once_it_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stops: bool) -> None:
+    """A give-up seen at the deadline while the node still shuts down: started then, the
+    node would be found running and left alone, to exit just after. Its processes are
+    waited for (killed if they outlast the bound), and only then is it started again."""
+    run = _unit_run(tmp_path)
+    running = {"left": 3 if stops else 10 ** 6}        # node_processes calls it still runs
+
+    def gave_up(node: int, index: int, pid: int, timeout_s: float) -> int:
+        raise SupervisorGaveUp(node, index, "broker process 1 died 6 times within 60 s")
+
+    def processes(node: int) -> dict[int, object]:
+        running["left"] -= 1
+        return {0: object()} if running["left"] >= 0 else {}
+
+    def kill(node: int) -> None:
+        run.calls.append("killed")
+        running["left"] = 0
+
+    monkeypatch.setattr(chaos, "NODE_STOP_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(run.cluster, "wait_process_restarted", gave_up)
+    monkeypatch.setattr(run.cluster, "node_processes", processes)
+    monkeypatch.setattr(run.cluster, "kill", kill)
+    monkeypatch.setattr(run.cluster, "start_node", lambda node, started: run.calls.append(
+        "started" + (" while it ran" if running["left"] > 0 else "")))
+    monkeypatch.setattr(run.cluster, "wait_answering", lambda node, timeout_s: None)
+    fault = Injected("killproc", 1, 0, process=1, pid=4242)
+    try:
+        run.heal(fault)
+    finally:
+        run.close()
+    assert fault.gave_up == "broker process 1 died 6 times within 60 s"
+    assert run.calls == (["started"] if stops else ["killed", "started"])
 
 
 @pytest.mark.local_hosts

@@ -17,12 +17,14 @@ in count too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ NETWORK_FAULTS = ("isolate", "netem")
 # killproc: from the kill until the node's supervisor has the process serving again (its
 # readiness deadline is 60 s, actors.processes.READY_TIMEOUT_S) and the node answers
 PROCESS_RESTART_TIMEOUT_S = 120.0
+# a node whose supervisor gave up stops on its own: so long for it to be gone
+NODE_STOP_TIMEOUT_S = 60.0
 
 
 def now_ms() -> int:
@@ -452,12 +456,15 @@ class ChaosRun:
             return {p.partition: p.leader for p in found.partitions if p.topic == self.s.topic}
         return {}
 
+    def led_by(self, node: int) -> tuple[int, ...]:
+        """The bench topic's partitions ``node`` leads, as the other nodes see it."""
+        return tuple(sorted(p for p, leader in self.leaders(exclude=node).items()
+                            if leader == node))
+
     def inject(self, planned: Planned) -> Injected:
         from actors.hosts.faults import FaultError, Netem
 
-        led = tuple(sorted(p for p, leader in self.leaders(exclude=planned.node).items()
-                           if leader == planned.node))
-        fault = Injected(planned.kind, planned.node, now_ms(), led=led)
+        fault = Injected(planned.kind, planned.node, now_ms())
         if planned.kind == "killproc":
             # a node that a kill's heal saw answer may still be starting (process 0 answers
             # before its processes 1.. are ready): the process killed is one that serves,
@@ -466,13 +473,17 @@ class ChaosRun:
                                                           PROCESS_RESTART_TIMEOUT_S)
             others = sorted(serving)
             fault.process = others[planned.pick % len(others)]
-            # the partitions it led whose shard runs in that process (the others it serves)
-            fault.led = tuple(p for p in led if self.process_of(planned.node, p,
-                                                                len(others) + 1) == fault.process)
+            # the partitions it leads now (that wait may have taken long enough for the
+            # leaders to move), those whose shard runs in that process (the others it serves)
+            fault.led = tuple(p for p in self.led_by(planned.node)
+                              if self.process_of(planned.node, p, len(others) + 1)
+                              == fault.process)
             fault.detail = f"process {fault.process}"
             fault.at_ms = now_ms()
             fault.pid = self.cluster.kill_process(planned.node, fault.process)
-        elif planned.kind == "kill":
+        else:
+            fault.led = self.led_by(planned.node)
+        if planned.kind == "kill":
             self.cluster.kill(planned.node)
         elif planned.kind == "pause":
             self.cluster.pause(planned.node)
@@ -494,8 +505,9 @@ class ChaosRun:
         return fault
 
     def heal(self, fault: Injected) -> None:
-        from actors.hosts.cluster import SupervisorGaveUp
+        from actors.hosts.cluster import ClusterError, SupervisorGaveUp
         from actors.hosts.faults import Netem
+        from actors.hosts.runner import HostError
 
         if fault.kind == "killproc":
             try:
@@ -505,6 +517,15 @@ class ChaosRun:
             except SupervisorGaveUp as exc:
                 fault.gave_up = exc.reason
                 self.say(f"SUPERVISOR GAVE UP: {exc}; starting node {fault.node} again")
+                # seen at the deadline, the node may still be shutting down: once it is
+                # gone (killed if its stop outlasts the bound), else start_node leaves it
+                if not self.cluster.wait_stopped(fault.node, NODE_STOP_TIMEOUT_S):
+                    with contextlib.suppress(HostError):  # (it may have gone just now)
+                        self.cluster.kill(fault.node)
+                    if not self.cluster.wait_stopped(fault.node, 10.0):
+                        raise ClusterError(f"node {fault.node} still runs "
+                                           f"{NODE_STOP_TIMEOUT_S:g} s after its supervisor "
+                                           "gave up, and 10 s after a SIGKILL") from None
                 self.cluster.start_node(fault.node, [])
                 self.cluster.wait_answering(fault.node, 90)
         elif fault.kind == "kill":
@@ -546,33 +567,18 @@ class ChaosRun:
         consumer.start()
         for p in producers:
             p.start()
-        active: Injected | None = None
-        finished = False
+
+        def stop_clients() -> None:  # interrupted or a fault failed: at once
+            for p in producers:
+                p.stop_event.set()
+            consumer.stop_event.set()
+
+        self.run_schedule(plan, start, stop_clients)
         try:
-            for planned in plan:
-                self._sleep_until(start + planned.at_s)
-                active = self.inject(planned)
-                self.say(f"{time.monotonic() - start:7.1f}s {planned.kind} node {planned.node}"
-                         + (f" ({active.detail})" if active.detail else "")
-                         + f"; it led partitions {list(active.led)}")
-                if planned.kind != "killproc":
-                    self._sleep_until(start + planned.at_s + planned.hold_s)
-                # killproc: its supervisor heals it, watched at once (its hold is a quiet gap)
-                self.heal(active)
-                self.say(f"{time.monotonic() - start:7.1f}s healed node {planned.node}"
-                         + (f" (process {active.process}: {describe_restart(active)})"
-                            if active.kind == "killproc" else ""))
-                active = None
-                self._sleep_until(start + planned.at_s + planned.hold_s)
             self._sleep_until(start + s.duration_s)
-            finished = True
-        finally:
-            if not finished:  # interrupted or a fault failed: stop the clients at once
-                for p in producers:
-                    p.stop_event.set()
-                consumer.stop_event.set()
-            if active is not None:
-                self.heal(active)
+        except BaseException:
+            stop_clients()
+            raise
         for p in producers:
             p.join(s.duration_s + 60)
         end_ms = now_ms()
@@ -612,6 +618,36 @@ class ChaosRun:
                               "restart_ms": [f.restart_ms for f in killed
                                              if f.restart_ms is not None]}}
         return result, extra
+
+    def run_schedule(self, plan: list[Planned], start: float,
+                     stop_clients: Callable[[], None]) -> None:
+        """Each planned fault at its time from ``start`` (monotonic), healed after its hold.
+        On an error or an interrupt: ``stop_clients``, then the fault in effect healed, but
+        not a killproc whose heal failed: its heal is a wait for the supervisor's restart
+        (up to PROCESS_RESTART_TIMEOUT_S), and another would wait as long again."""
+        active: Injected | None = None
+        try:
+            for planned in plan:
+                self._sleep_until(start + planned.at_s)
+                fault = self.inject(planned)
+                active = fault if fault.kind != "killproc" else None
+                self.say(f"{time.monotonic() - start:7.1f}s {planned.kind} node {planned.node}"
+                         + (f" ({fault.detail})" if fault.detail else "")
+                         + f"; it led partitions {list(fault.led)}")
+                if planned.kind != "killproc":
+                    self._sleep_until(start + planned.at_s + planned.hold_s)
+                # killproc: its supervisor heals it, watched at once (its hold is a quiet gap)
+                self.heal(fault)
+                active = None
+                self.say(f"{time.monotonic() - start:7.1f}s healed node {planned.node}"
+                         + (f" (process {fault.process}: {describe_restart(fault)})"
+                            if fault.kind == "killproc" else ""))
+                self._sleep_until(start + planned.at_s + planned.hold_s)
+        except BaseException:
+            stop_clients()
+            if active is not None:
+                self.heal(active)
+            raise
 
     def _wait_leaders(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

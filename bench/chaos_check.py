@@ -143,11 +143,12 @@ def check(sent: Sequence[Sent], final: Iterable[Stored], delivered: Iterable[Sto
             _example(examples, "lost", f"producer {s.producer} seq {s.seq}: acked at "
                      f"partition {s.partition} offset "
                      f"{'unknown' if s.offset is None else s.offset}, not in the log")
-        elif s.offset is not None and not any(c.partition == s.partition
-                                              and c.offset == s.offset for c in copies):
+        # acknowledged without an offset: moved when no copy is in its own partition
+        elif not any(c.partition == s.partition and s.offset in (None, c.offset)
+                     for c in copies):
             moved += 1
             _example(examples, "moved", f"producer {s.producer} seq {s.seq}: acked at "
-                     f"{s.partition}/{s.offset}, found at "
+                     f"{s.partition}/{'?' if s.offset is None else s.offset}, found at "
                      f"{', '.join(f'{c.partition}/{c.offset}' for c in copies)}")
 
     duplicated = 0

@@ -965,6 +965,9 @@ class Cluster:
         since = f"broker process {index} (pid {old_pid}) exited"  # the supervisor's line
         while True:
             found = self.node_processes(node_id)
+            if not found:  # one failed ps (an ssh hiccup) reads so too: looked at again
+                time.sleep(0.2)
+                found = self.node_processes(node_id)
             if not found:
                 raise SupervisorGaveUp(node_id, index, self.stop_reason(node_id, since))
             fresh = found.get(index)
@@ -984,6 +987,17 @@ class Cluster:
         self.say(f"{where}: process {index} restarted by its supervisor as pid {new_pid}, "
                  f"serving")
         return new_pid
+
+    def wait_stopped(self, node_id: int, timeout_s: float) -> bool:
+        """Until none of the node's processes runs (a node whose supervisor gave up may
+        still be shutting down: started again then, it would be found running and left
+        alone, to exit just after); False if some still ran after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.node_processes(node_id):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     def gave_up_line(self, node_id: int, since: str = "") -> str | None:
         """The line of the node's log that says its supervisor gave up on a process (the

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from actors.hosts import netns
+from actors.hosts.cluster import ClusterError, SupervisorGaveUp
 from actors.metadata.zk_server import free_port
-from bench.chaos import plan_faults
+from bench import chaos
+from bench.chaos import ChaosRun, Injected, Planned, Settings, plan_faults
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
 from tests.fixtures.pids import Check, HeldProcess, running
 
@@ -64,6 +66,105 @@ connect = "{zk_connect}"
 "trace.sample.ratio" = 0.0
 {config}""")
     return spec
+
+
+class Leaders(ChaosRun):
+    """A run whose partitions' leaders are set by the test (no cluster runs: the faults'
+    own steps are the test's too, each said in ``calls``)."""
+
+    def __init__(self, s: Settings) -> None:
+        super().__init__(s, say=lambda line: None)
+        self.led: dict[int, int] = {}
+        self.calls: list[str] = []
+
+    def leaders(self, exclude: int | None = None) -> dict[int, int]:
+        return dict(self.led)
+
+
+def _unit_run(tmp_path: Path, partitions: int = 8) -> Leaders:
+    spec = _local_spec(tmp_path, "127.0.0.1:1", '"num.processes" = 2\n')
+    return Leaders(Settings(str(spec), 30, ["kill", "killproc"], 1, partitions=partitions,
+                            topic="chaos-unit"))
+
+
+def test_killproc_counts_the_partitions_led_once_every_process_serves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait for every process of the node to serve may take long (up to 120 s): the
+    partitions the killed process leads are read after it, not before."""
+    run = _unit_run(tmp_path)
+    run.led = dict.fromkeys(range(8), 2)               # node 1 leads none when the fault is due
+
+    def serving(node: int, timeout_s: float) -> dict[int, int]:
+        run.led = dict.fromkeys(range(8), 1)           # ... and all once it serves
+        return {1: 4242}
+
+    monkeypatch.setattr(run.cluster, "wait_processes_serving", serving)
+    monkeypatch.setattr(run.cluster, "kill_process", lambda node, index: 4242)
+    try:
+        fault = run.inject(Planned("killproc", 1, 0.0, 1.0, pick=0))
+    finally:
+        run.close()
+    mine = tuple(p for p in range(8) if run.process_of(1, p, 2) == 1)
+    assert mine and len(mine) < 8, mine               # process 1 runs some shards, not all
+    assert (fault.process, fault.pid, fault.led) == (1, 4242, mine)
+
+
+@pytest.mark.parametrize(("kind", "heals"), [("killproc", 1), ("kill", 2)])
+def test_a_failed_heal_of_killproc_is_not_waited_for_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, heals: int) -> None:
+    """A killproc whose heal raised (up to 120 s of waiting for the supervisor's restart) is
+    not healed again on the way out; a kill whose heal raised is (it starts the node)."""
+    run = _unit_run(tmp_path)
+    monkeypatch.setattr(run, "inject", lambda planned: Injected(planned.kind, planned.node, 0))
+
+    def heal(fault: Injected) -> None:
+        run.calls.append(f"heal {fault.kind}")
+        raise ClusterError("not healed")
+
+    monkeypatch.setattr(run, "heal", heal)
+    try:
+        with pytest.raises(ClusterError, match="not healed"):
+            run.run_schedule([Planned(kind, 1, 0.0, 0.0)], time.monotonic(),
+                             lambda: run.calls.append("clients stopped"))
+    finally:
+        run.close()
+    assert run.calls == [f"heal {kind}", "clients stopped"] + [f"heal {kind}"] * (heals - 1)
+
+
+@pytest.mark.parametrize("stops", [True, False])
+def test_a_node_whose_supervisor_gave_up_is_started_again_once_it_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stops: bool) -> None:
+    """A give-up seen at the deadline while the node still shuts down: started then, the
+    node would be found running and left alone, to exit just after. Its processes are
+    waited for (killed if they outlast the bound), and only then is it started again."""
+    run = _unit_run(tmp_path)
+    running = {"left": 3 if stops else 10 ** 6}        # node_processes calls it still runs
+
+    def gave_up(node: int, index: int, pid: int, timeout_s: float) -> int:
+        raise SupervisorGaveUp(node, index, "broker process 1 died 6 times within 60 s")
+
+    def processes(node: int) -> dict[int, object]:
+        running["left"] -= 1
+        return {0: object()} if running["left"] >= 0 else {}
+
+    def kill(node: int) -> None:
+        run.calls.append("killed")
+        running["left"] = 0
+
+    monkeypatch.setattr(chaos, "NODE_STOP_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(run.cluster, "wait_process_restarted", gave_up)
+    monkeypatch.setattr(run.cluster, "node_processes", processes)
+    monkeypatch.setattr(run.cluster, "kill", kill)
+    monkeypatch.setattr(run.cluster, "start_node", lambda node, started: run.calls.append(
+        "started" + (" while it ran" if running["left"] > 0 else "")))
+    monkeypatch.setattr(run.cluster, "wait_answering", lambda node, timeout_s: None)
+    fault = Injected("killproc", 1, 0, process=1, pid=4242)
+    try:
+        run.heal(fault)
+    finally:
+        run.close()
+    assert fault.gave_up == "broker process 1 died 6 times within 60 s"
+    assert run.calls == (["started"] if stops else ["killed", "started"])
 
 
 @pytest.mark.local_hosts

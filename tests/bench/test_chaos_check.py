@@ -72,6 +72,20 @@ def test_a_record_acknowledged_without_an_offset_is_checked_too() -> None:
         "producer 1 seq 4: acked at partition 0 offset unknown, not in the log"]
 
 
+def test_a_record_acknowledged_without_an_offset_found_in_another_partition_moved() -> None:
+    """Its offset unknown, a record is still checked for its partition: one found in
+    another partition alone was moved."""
+    sent, stored = clean_run()
+    sent[3] = Sent(1, 3, 1, sent[3].send_ms, sent[3].ack_ms, None)   # acked at 1/?
+    stored[3] = Stored(0, 99, 1, 3)                                 # the log has it at 0/99
+    result = check(sent, stored, stored, {}, [], START, START + 2000)
+    assert not result.ok and (result.lost, result.moved) == (0, 1)
+    assert result.examples["moved"] == ["producer 1 seq 3: acked at 1/?, found at 0/99"]
+    stored.append(Stored(1, 100, 1, 3))          # a copy in its own partition too: not moved
+    result = check(sent, stored, stored, {}, [], START, START + 2000)
+    assert (result.moved, result.duplicated) == (0, 1)
+
+
 def test_a_commit_past_an_unread_record_is_skipped() -> None:
     sent, stored = clean_run()
     delivered = [s for s in stored if not (s.partition == 1 and s.offset == 3)]

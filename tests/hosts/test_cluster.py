@@ -37,6 +37,7 @@ from actors.hosts import netns
 from actors.hosts.cluster import Cluster, ClusterError, SupervisorGaveUp, open_store
 from actors.hosts.faults import FaultError, Netem
 from actors.hosts.probe import metadata
+from actors.hosts.runner import Result as HostResult
 from actors.hosts.runner import local_version
 from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
@@ -1318,10 +1319,12 @@ def test_pause_and_resume_take_every_process_of_a_node(
 
 @pytest.mark.local_hosts
 def test_a_killed_process_of_a_node_is_restarted_and_a_supervisor_that_gives_up_is_said(
-        spec_file: Path, zk_connect: str, holds: ExitStack) -> None:
+        spec_file: Path, zk_connect: str, holds: ExitStack,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Cluster.kill_process: SIGKILL to process 1 of a node alone; its supervisor restarts it
-    (wait_process_restarted: another pid, serving). Killed past RESTARTS_MAX times within
-    RESTART_WINDOW_S, the supervisor stops the broker: SupervisorGaveUp, in its words."""
+    (wait_process_restarted: another pid, serving; one failed ps meanwhile, as an ssh hiccup
+    gives, is not a node gone). Killed past RESTARTS_MAX times within RESTART_WINDOW_S, the
+    supervisor stops the broker: SupervisorGaveUp, in its words."""
     data = _up_one_node_of_two_processes(spec_file, zk_connect)
     cluster = Cluster(load_spec(spec_file), say=lambda line: None)
     try:
@@ -1329,24 +1332,51 @@ def test_a_killed_process_of_a_node_is_restarted_and_a_supervisor_that_gives_up_
         assert cluster.wait_processes_serving(1, 60) == {1: second.pid}
         assert {k: p.pid for k, p in cluster.node_processes(1).items()} == {
             0: node.pid, 1: second.pid}
+        kills = [time.monotonic()]
         assert cluster.kill_process(1, 1) == second.pid
         assert second.exited(timeout_s=10)
+        # the next look at the node's process fails (its ps, as over ssh that hiccups)
+        runner = cluster.runners["here"]
+        real_run = runner.run
+        failed: list[list[str]] = []
+
+        def run_failing_once(command: list[str], **kwargs: Any) -> HostResult:
+            if not failed and command[:1] == ["ps"] and "-p" in command:
+                failed.append(command)
+                return HostResult(1, "", "ps: the look failed")
+            return real_run(command, **kwargs)
+
+        monkeypatch.setattr(runner, "run", run_failing_once)
         restarted = cluster.wait_process_restarted(1, 1, second.pid, 90)
-        assert restarted != second.pid and not node.exited()
+        assert failed and restarted != second.pid and not node.exited()
         assert cluster.node_processes(1)[1].pid == restarted
         with pytest.raises(ClusterError, match="no running process 2"):
             cluster.kill_process(1, 2)
         # the first restart counts in the window: RESTARTS_MAX - 1 more are restarted, and
-        # the next death stops the broker (bounded: a slow restart leaves the window)
-        with pytest.raises(SupervisorGaveUp) as gave_up:
-            for _ in range(2 * RESTARTS_MAX):
-                killed = cluster.kill_process(1, 1)
+        # the next death stops the broker; bounded: a host whose restarts are too slow to
+        # die RESTARTS_MAX + 1 times within the window is skipped, not failed
+        gave_up: SupervisorGaveUp | None = None
+        while gave_up is None and len(kills) < 3 * RESTARTS_MAX \
+                and time.monotonic() - kills[0] < 3 * RESTART_WINDOW_S:
+            kills.append(time.monotonic())
+            killed = cluster.kill_process(1, 1)
+            try:
                 cluster.wait_process_restarted(1, 1, killed, 90)
+            except SupervisorGaveUp as exc:
+                gave_up = exc
+        if gave_up is None:
+            # deaths the supervisor must have counted in one window (5 s for its own clock)
+            dense = any(kills[k + RESTARTS_MAX] - kills[k] < RESTART_WINDOW_S - 5
+                        for k in range(len(kills) - RESTARTS_MAX))
+            assert not dense, f"killed {len(kills)} times, {RESTARTS_MAX + 1} of them " \
+                f"within {RESTART_WINDOW_S - 5:g} s, and the supervisor did not give up"
+            pytest.skip(f"this host restarts a process too slowly for the give-up: "
+                        f"{len(kills)} kills over {time.monotonic() - kills[0]:.0f} s, never "
+                        f"{RESTARTS_MAX + 1} within {RESTART_WINDOW_S:g} s")
         assert f"died {RESTARTS_MAX + 1} times within {RESTART_WINDOW_S:.0f} s; stopping " \
-            "the broker" in gave_up.value.reason, gave_up.value.reason
-        assert str(gave_up.value).startswith("node 1 stopped instead of restarting its "
-                                             "process 1: ")
-        assert node.exited(timeout_s=30) and cluster.node_processes(1) == {}
+            "the broker" in gave_up.reason, gave_up.reason
+        assert str(gave_up).startswith("node 1 stopped instead of restarting its process 1: ")
+        assert cluster.wait_stopped(1, 30) and node.exited(timeout_s=5)
     finally:
         cluster.close()
         down = cli("down", "--spec", str(spec_file))

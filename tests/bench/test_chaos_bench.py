@@ -230,12 +230,8 @@ def test_killproc_kills_one_process_of_a_node_and_its_supervisor_restarts_it(
     spec = _local_spec(tmp_path, zk_connect, '"num.processes" = 2\n"min.insync.replicas" = 2\n')
     out = tmp_path / "chaos.json"
     data = tmp_path / "chaos.cluster" / "data"
-    result = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "bench", "chaos", "--spec", str(spec),
-         "--duration", "30", "--faults", "kill,killproc", "--seed", "28", "--rate", "50",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=900, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = _run_chaos(spec, out, "--duration", "30", "--faults", "kill,killproc",
+                        "--seed", "28")
     assert result.returncode == 0, result.stdout + result.stderr
     r = json.loads(out.read_text())["results"]
     assert [(f["kind"], f["node"]) for f in r["faults_injected"]] == [
@@ -253,6 +249,16 @@ def test_killproc_kills_one_process_of_a_node_and_its_supervisor_restarts_it(
     assert "killproc: 1 process(es) restarted by their supervisor and serving again" in \
         result.stdout
     assert "taking cluster chaos down" in result.stdout
+
+
+def _run_chaos(spec: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``actorlog bench chaos`` on ``spec`` at 50 records/s a producer (JSON to ``out``),
+    bounded at 900 s; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "actors.cli", "bench", "chaos", "--spec", str(spec), *args,
+         "--rate", "50", "--json", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def _hold_node(bench: subprocess.Popen[str], node_dir: Path, mark: Check) -> HeldProcess:
@@ -294,14 +300,10 @@ hosts = ["h0"]
 "trace.sample.ratio" = 0.0
 """)
     out = tmp_path / "netchaos.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "bench", "chaos", "--spec", str(spec),
-         # 25 s: seed 1's schedule is the same as in 30 s (isolate at 4.8 s for 7.2 s, netem
-         # at 16.8 s for 6.8 s), healed before the end; less load after it
-         "--duration", "25", "--faults", "isolate,netem", "--seed", "1", "--rate", "50",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=900, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    # 25 s: seed 1's schedule is the same as in 30 s (isolate at 4.8 s for 7.2 s, netem at
+    # 16.8 s for 6.8 s), healed before the end; less load after it
+    result = _run_chaos(spec, out, "--duration", "25", "--faults", "isolate,netem",
+                        "--seed", "1")
     assert result.returncode == 0, result.stdout + result.stderr
     r = json.loads(out.read_text())["results"]
     kinds = {f["kind"] for f in r["faults_injected"]}

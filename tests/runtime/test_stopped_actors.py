@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,20 @@ def test_an_ask_of_another_node_to_a_stopped_actor_fails_at_once(
     assert a.quiesce(timeout=5) and b.quiesce(timeout=5)
 
 
+def _asking(ask: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """A thread (not started) running ``ask``; an exception it raises goes in the list
+    (the tests' asks here are expected to fail)."""
+    failures: list[Any] = []
+
+    def run() -> None:
+        try:
+            ask()
+        except Exception as exc:
+            failures.append(exc)
+
+    return threading.Thread(target=run, daemon=True), failures
+
+
 def _restarted_b_asks_a_stopped_actor(nodes: list[Node]) -> tuple[
         Node, Node, NodeEndpoint, list[BaseException], threading.Thread, Any]:
     """Node b restarted as process "2" (a still lists "1") asks a's stopped actor from a
@@ -89,15 +104,7 @@ def _restarted_b_asks_a_stopped_actor(nodes: list[Node]) -> tuple[
     b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
     nodes.append(b)
     assert a.stop_actor("checker")
-    failures: list[BaseException] = []
-
-    def ask_it() -> None:
-        try:
-            b.ask(Address("a", "checker"), GetState(), timeout=20)
-        except Exception as exc:
-            failures.append(exc)
-
-    asker = threading.Thread(target=ask_it, daemon=True)
+    asker, failures = _asking(lambda: b.ask(Address("a", "checker"), GetState(), timeout=20))
     asker.start()
     return a, b, restarted, failures, asker, a.actor("_asks")
 
@@ -335,15 +342,7 @@ def test_a_failure_handed_to_the_ask_router_as_it_stops_is_still_sent(
     a, b, router = _a_with_router(nodes, _StopHeldAskRouter)
     stopper = threading.Thread(target=a.stop_actor, args=("_asks", 30), daemon=True)
     stopper.start()
-    failures: list[BaseException] = []
-
-    def ask_it() -> None:
-        try:
-            b.ask(Address("a", "checker"), GetState(), timeout=10)
-        except Exception as exc:
-            failures.append(exc)
-
-    asker = threading.Thread(target=ask_it, daemon=True)
+    asker, failures = _asking(lambda: b.ask(Address("a", "checker"), GetState(), timeout=10))
     try:
         assert router.held.wait(10)
         asker.start()

@@ -253,17 +253,20 @@ class ProcessSupervisor:
         self.stopping = threading.Event()
         # held to check ``stopping`` and spawn and keep the new process in ``procs`` as one
         # step, and by stop() to set ``stopping``: none is spawned once stop() began
-        self._spawning = threading.RLock()
+        self._spawning = threading.Lock()
         self.thread: threading.Thread | None = None
         self.log = logger.bind(node=spec["main"])
         self.restarted = 0
 
     def start(self) -> ProcessSupervisor:
-        for k in range(1, self.processes):
+        stopped = RuntimeError("the broker stopped while its processes started")
+        for k in range(1, self.processes):  # all spawned, then each waited for: in parallel
             with _signals_held():
-                self.procs[k] = self._spawn(k)
+                if self._spawn_kept(k, restarted=False) is None:
+                    raise stopped
         for k in range(1, self.processes):
-            self._bring_up(k, self.procs[k], starting=True)
+            if self._bring_up(k, self.procs[k], starting=True) is None:
+                raise stopped
         with _signals_held():  # not interrupted between the thread's start and its run
             self.thread = threading.Thread(target=self._watch, name="process-supervisor",
                                            daemon=True)
@@ -300,20 +303,20 @@ class ProcessSupervisor:
                            "restarting it", index, proc.pid, proc.returncode)
             self._count_restart(index)
             with _signals_held() if starting else contextlib.nullcontext():
-                fresh = self._respawn(index)
+                fresh = self._spawn_kept(index)
             if fresh is None:
                 return None
             proc = fresh
             self.restarted += 1
         return None if self.stopping.is_set() else proc
 
-    def _respawn(self, index: int) -> subprocess.Popen[str] | None:
-        """Process ``index`` spawned again and kept where stop() finds it; None once the
+    def _spawn_kept(self, index: int, restarted: bool = True) -> subprocess.Popen[str] | None:
+        """Process ``index`` spawned (again) and kept where stop() finds it; None once the
         broker stops (stop() ends what ``procs`` holds then; nothing is spawned after)."""
         with self._spawning:
             if self.stopping.is_set():
                 return None
-            proc = self.procs[index] = self._spawn(index, restarted=True)
+            proc = self.procs[index] = self._spawn(index, restarted=restarted)
             return proc
 
     def _count_restart(self, index: int) -> None:
@@ -376,7 +379,7 @@ class ProcessSupervisor:
                     proc.stdout.close()
                 try:
                     self._count_restart(k)
-                    fresh = self._respawn(k)
+                    fresh = self._spawn_kept(k)
                     if fresh is not None:
                         fresh = self._bring_up(k, fresh)
                 # (ValueError: a pipe stop() closed under a read, as it stops)

@@ -239,6 +239,9 @@ class Actor(PykkaActor):
         # actor_stopped, as a plain attribute: Event.is_set is a Python call, and the
         # dispatch loop looks at it for every message
         self._dead = False
+        # a guest its host refused (stopping): never set up, so no teardown either (it
+        # would trip over all a setup makes)
+        self._never_set_up = False
         self._ready = node._new_ready_event()
         self._start_error: BaseException | None = None  # why on_start failed (spawn names it)
         self.restarts = RestartWindow(self.max_restarts, self.restart_window_s)
@@ -1089,6 +1092,7 @@ class Actor(PykkaActor):
         """A guest whose adoption its host refused (it was stopping): never set up, it
         stops; spawn, which waits for it, fails naming the host."""
         self._start_error = RuntimeError(f"its host {host.name!r} stopped")
+        self._never_set_up = True
         try:
             self._finish_stop()
         finally:
@@ -1101,7 +1105,11 @@ class Actor(PykkaActor):
         # comes until (and after) this stop ends, is answered as to a stopped actor, never
         # left unread (a second stop, run_turns' take_turn, a guest's adoption)
         for env in self.actor_inbox.seal(self._refused):
-            self._refused(env)
+            try:  # (one refusal failing stops neither the others nor this stop)
+                self._refused(env)
+            except Exception:
+                self.log.exception("answering a {} put to the inbox of stopping {} failed",
+                                   type(env.message).__name__, self.name)
         if self._owner is self:
             for guest in [m for m in self._members if m is not self]:
                 guest._finish_stop()
@@ -1109,7 +1117,8 @@ class Actor(PykkaActor):
         if self._out:
             self.flush()
         try:
-            self.teardown()
+            if not self._never_set_up:
+                self.teardown()
         except Exception:
             if self._start_error is None:
                 self.log.exception("teardown of {} failed", self.name)

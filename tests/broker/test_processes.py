@@ -12,6 +12,7 @@ the handoff's even split); which process owns a partition is checked from
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -933,25 +934,31 @@ def _stand_in_spawn(spawned: list[tuple[subprocess.Popen[str], bool]], first: st
 
 
 def test_a_stop_while_a_process_restarts_ends_it_and_restarts_nothing(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Process 1 dies and its restart is not ready yet when the broker stops: stop() ends
-    the restarting process (it was not where stop() looks), nothing is spawned once the
-    stop began, no give-up is reported and the supervisor's thread ends without an
-    exception (a pipe stop() closed under its read raised there)."""
+    the restarting process, nothing is spawned once the stop began, no give-up is
+    reported and the supervisor's thread ends without an exception. The restarted
+    stand-in's child keeps its stdout open (as a broker process's helpers may), so the
+    pipe never ends: the thread waited in its read until stop() closed the pipe under it,
+    and raised ValueError there."""
     from actors.processes import READY_LINE as SUPERVISED_READY
     from actors.processes import ProcessSupervisor
 
     spawned: list[tuple[subprocess.Popen[str], bool]] = []
     ready = f"print({SUPERVISED_READY!r}, flush=True)\nimport time\ntime.sleep(60)"
-    monkeypatch.setattr(ProcessSupervisor, "_spawn",
-                        _stand_in_spawn(spawned, ready, "import time\ntime.sleep(60)"))
+    grandchild = tmp_path / "grandchild.pid"
+    holding = (f"import subprocess, sys, time\n"
+               f"g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+               f"open({str(grandchild)!r}, 'w').write(str(g.pid))\ntime.sleep(60)")
+    monkeypatch.setattr(ProcessSupervisor, "_spawn", _stand_in_spawn(spawned, ready, holding))
     escaped: list[BaseException | None] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
     gave_up: list[str] = []
     sup = ProcessSupervisor({"main": "stand-in"}, 2, gave_up.append).start()
     try:
         os.kill(spawned[0][0].pid, signal.SIGKILL)
-        assert wait_for(lambda: len(spawned) == 2, "the restart's spawn", timeout=10)
+        assert wait_for(lambda: len(spawned) == 2 and grandchild.exists()
+                        and grandchild.read_text(), "the restart's spawn", timeout=10)
         time.sleep(1.0)  # its wait for the ready line under way
         sup.stop(timeout=10)
         assert sup.thread is not None
@@ -965,6 +972,8 @@ def test_a_stop_while_a_process_restarts_ends_it_and_restarts_nothing(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(grandchild.read_text()), signal.SIGKILL)
 
 
 def test_a_process_that_crashes_before_it_is_ready_stops_the_start(
@@ -975,7 +984,9 @@ def test_a_process_that_crashes_before_it_is_ready_stops_the_start(
     from actors.processes import ProcessSupervisor
 
     spawned: list[tuple[subprocess.Popen[str], bool]] = []
-    crash = "import os, signal\nos.kill(os.getpid(), signal.SIGABRT)"
+    crash = ("import os, resource, signal\n"
+             "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"  # no core file left
+             "os.kill(os.getpid(), signal.SIGABRT)")
     monkeypatch.setattr(ProcessSupervisor, "_spawn", _stand_in_spawn(spawned, crash, crash))
     sup = ProcessSupervisor({"main": "stand-in"}, 2, lambda reason: None)
     with pytest.raises(RuntimeError, match=r"did not start \(exit code -6\)"):

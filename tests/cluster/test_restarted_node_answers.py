@@ -80,3 +80,44 @@ def test_an_answer_to_a_restarted_node_before_its_registration_is_read_reaches_i
     # Not asserted: that node 1 read the registrations again for node 2's process. On
     # its resume node 1 may read ZooKeeper's watch before node 2's first Ping, and then
     # nothing waits (the runtime tests show the re-read and its rate limit).
+
+
+def test_a_restarted_node_names_no_brokers_before_it_hears_from_the_controller(
+        cluster_factory: Any) -> None:
+    """A node answers Metadata as soon as its listener runs, before it registers in
+    ZooKeeper and before the controller's first UpdateMetadata reaches it. Kafka's empty
+    metadata cache answers no brokers then, which clients drop (kafka-python: "No broker
+    metadata found in MetadataResponse -- ignoring"), keeping what they knew. It used to
+    name itself alone, with no controller and the existing topic unknown: a client
+    asking it cached a one-node cluster. Every answer from the restart on names no
+    broker or both."""
+    cluster: Cluster = cluster_factory(2)
+    cluster.wait_formed()
+    node = cluster.nodes[2]
+    kafka_call(node.host, node.port, CreateTopicsRequest[4](
+        topics=[CreateTopicsRequest[4].CreatableTopic(
+            name="kept", num_partitions=2, replication_factor=2, assignments=[],
+            configs=[])], timeout_ms=30_000, validate_only=False), timeout_s=60)
+    node.kill()
+    node.process.proc = None
+    starting = threading.Thread(target=node.start, daemon=True)
+    starting.start()
+    answers: list[tuple[set[int], int, int]] = []  # (brokers, controller, seconds in)
+    began = time.monotonic()
+    try:
+        deadline = began + 60
+        while time.monotonic() < deadline and (
+                "registered broker 2" not in node.log() or not answers
+                or answers[-1][0] != {1, 2}):
+            try:
+                view = node.metadata(["kept"], timeout_s=10)
+            except OSError:  # not listening yet
+                time.sleep(0.02)
+                continue
+            answers.append((set(view.brokers), view.controller_id,
+                            round(time.monotonic() - began, 2)))
+    finally:
+        starting.join(timeout=90)
+    assert answers and answers[-1][0] == {1, 2}, answers
+    assert all(brokers in (set(), {1, 2}) for brokers, _c, _t in answers), answers
+    assert all(controller == -1 for brokers, controller, _t in answers if not brokers), answers

@@ -756,6 +756,14 @@ class Broker:
                            sasl_mechanisms=self.security.sasl_mechanisms,
                            credentials=credentials.lookup if credentials else None,
                            **place(i))
+            if self.cluster:
+                # Registered before any Acceptor runs, as Kafka processes no request until
+                # its start ends: a client connecting meanwhile waits in the listen backlog
+                # for the node's answer, instead of a Metadata naming no brokers (the cache
+                # is empty until the controller's first update), which makes librdkafka
+                # drop every broker it knew and bootstrap again, for as long as a previous
+                # life's registration is waited out (up to twice the session timeout)
+                self._register(cfg, node, topo, broker_id)
             handoff = processes > 1 and cfg["num.processes.connection.distribution"] == "handoff"
             for index, sock in enumerate(sockets):  # one Acceptor per listener
                 node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo,
@@ -763,8 +771,6 @@ class Broker:
                            listener_name=self.bound[index].name, processes=processes,
                            handoff_socket=(self._bind_handoff(ipc_dir, node_name, index)
                                            if handoff else None), **place(0))
-            if self.cluster:
-                self._register(cfg, node, topo, broker_id)
             if processes > 1:
                 self._start_processes(cfg, data_dir, ipc_dir, node_name, broker_id, adv_host,
                                       adv_port, cluster_id, processes,

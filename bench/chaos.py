@@ -453,6 +453,8 @@ class ChaosRun:
                 found = metadata(plan.client_address, 2.0)
             except ProbeError:
                 continue
+            if not found.brokers:  # a node not updated by the controller yet knows nothing
+                continue
             return {p.partition: p.leader for p in found.partitions if p.topic == self.s.topic}
         return {}
 

@@ -35,10 +35,12 @@ def broker_rows(ctx: HandlerContext) -> list[dict[str, Any]]:
     """Every live broker with an endpoint on the request's listener (Metadata's
     ``brokers``, as Kafka's getAliveBrokerNodes(listenerName)). In a cluster, none before
     the controller's first UpdateMetadata (a node that has not registered yet, or has
-    not heard since), as Kafka's empty cache answers: clients drop such an answer and
-    keep the brokers they knew (kafka-python's "No broker metadata found ... ignoring").
-    Naming this node alone, with no controller and every topic unknown, had them cache
-    it as the whole cluster. A single node names itself."""
+    not heard since), as Kafka's empty cache answers: kafka-python drops such an answer
+    and keeps the brokers it knew ("No broker metadata found ... ignoring"); librdkafka
+    drops the brokers it knew and bootstraps again (the node registers before its
+    Acceptors run, so this window is short: registration to the first update). Naming
+    this node alone, with no controller and every topic unknown, had clients cache it as
+    the whole cluster. A single node names itself."""
     cache = ctx.cluster
     if cache is not None:
         listener = ctx.listener_name()

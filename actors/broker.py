@@ -759,10 +759,10 @@ class Broker:
             if self.cluster:
                 # Registered before any Acceptor runs, as Kafka processes no request until
                 # its start ends: a client connecting meanwhile waits in the listen backlog
-                # for the node's answer, instead of a Metadata naming no brokers (the cache
-                # is empty until the controller's first update), which makes librdkafka
-                # drop every broker it knew and bootstrap again, for as long as a previous
-                # life's registration is waited out (up to twice the session timeout)
+                # for the node's answer, instead of a Metadata naming this node alone with
+                # no controller (its cache is empty until the controller's first update),
+                # for as long as a previous life's registration is waited out (up to twice
+                # the session timeout)
                 self._register(cfg, node, topo, broker_id)
             handoff = processes > 1 and cfg["num.processes.connection.distribution"] == "handoff"
             for index, sock in enumerate(sockets):  # one Acceptor per listener

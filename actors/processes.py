@@ -24,7 +24,7 @@ writing anything (process 0 holds the log dir's lock and its LogManager writes
 the checkpoints for every shard, whose reports come as messages). Process 0's
 ProcessSupervisor starts the others, restarts one that dies (its logs
 recovered as after a crash; ``RESTARTS_MAX`` within ``RESTART_WINDOW_S``, past
-that it stops the broker with one clear line; one killed by a signal before it
+that it stops the broker with one clear line; one killed by SIGKILL before it
 was ready too, at the broker's start or during a restart), and stops them first at
 shutdown: their shards' final checkpoint reports reach the LogManager while
 process 0 still runs, so it writes the clean-shutdown marker once its own shards

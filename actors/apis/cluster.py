@@ -33,16 +33,10 @@ Waiting = Generator[list[Call], list[Any], list[str]]
 
 def broker_rows(ctx: HandlerContext) -> list[dict[str, Any]]:
     """Every live broker with an endpoint on the request's listener (Metadata's
-    ``brokers``, as Kafka's getAliveBrokerNodes(listenerName)). In a cluster, none before
-    the controller's first UpdateMetadata (a node that has not registered yet, or has
-    not heard since), as Kafka's empty cache answers: kafka-python drops such an answer
-    and keeps the brokers it knew ("No broker metadata found ... ignoring"); librdkafka
-    drops the brokers it knew and bootstraps again (the node registers before its
-    Acceptors run, so this window is short: registration to the first update). Naming
-    this node alone, with no controller and every topic unknown, had clients cache it as
-    the whole cluster. A single node names itself."""
+    ``brokers``, as Kafka's getAliveBrokerNodes(listenerName)); this node alone before
+    the first update."""
     cache = ctx.cluster
-    if cache is not None:
+    if cache is not None and cache.brokers:
         listener = ctx.listener_name()
         rows = []
         for broker_id in cache.broker_ids():

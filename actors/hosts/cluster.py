@@ -485,7 +485,7 @@ class Cluster:
 
     def wait_metadata(self, timeout_s: float) -> None:
         """Until every node's Metadata names every node and a controller. A node answers
-        with no brokers and no controller until the controller's first UpdateMetadata
+        with itself alone and no controller until the controller's first UpdateMetadata
         reaches it (seconds after it registered): a client that asked it then found no
         controller (librdkafka's CreateTopics waited for one, and timed out after 30 s).
         A node whose listener closes an unauthenticated Metadata (SASL wants a login

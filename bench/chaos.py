@@ -365,6 +365,7 @@ class ChaosRun:
         self.injected: list[Injected] = []
         self.brought_up = False
         self.netem_shape: Any = None
+        self.topologies: dict[tuple[int, int], Any] = {}  # (node, processes) -> Topology
 
     def close(self) -> None:
         self.cluster.close()
@@ -390,13 +391,24 @@ class ChaosRun:
 
     def process_of(self, node: int, partition: int, processes: int) -> int:
         """Which of the node's ``processes`` runs the bench topic's ``partition``'s shard."""
-        from actors.runtime.config import Config
-        from actors.topology import Topology, spread_index
+        from actors.topology import spread_index
 
-        plan = self.cluster.plans[node]
-        topo = Topology.from_config("chaos", Config(dict(plan.config)))
-        topo = dataclasses.replace(topo, process_nodes=tuple(f"p{k}" for k in range(processes)))
+        topo = self.topology(node, processes)
         return topo.process_index(spread_index(self.s.topic, partition, topo.num_shards))
+
+    def topology(self, node: int, processes: int) -> Any:
+        """The Topology of ``node``'s plan, as if it ran ``processes`` processes (built once
+        for each: a killproc fault asks for every partition)."""
+        from actors.runtime.config import Config
+        from actors.topology import Topology
+
+        topo = self.topologies.get((node, processes))
+        if topo is None:
+            topo = Topology.from_config("chaos", Config(dict(self.cluster.plans[node].config)))
+            topo = dataclasses.replace(
+                topo, process_nodes=tuple(f"p{k}" for k in range(processes)))
+            self.topologies[(node, processes)] = topo
+        return topo
 
     def ensure_up(self) -> None:
         found = self.cluster.status(groups=False)
@@ -453,7 +465,9 @@ class ChaosRun:
                 found = metadata(plan.client_address, 2.0)
             except ProbeError:
                 continue
-            if not found.brokers:  # a node not updated by the controller yet knows nothing
+            if found.controller_id < 0:
+                # not updated by the controller yet: it names itself alone, no controller,
+                # and the topic unknown (a node just restarted)
                 continue
             return {p.partition: p.leader for p in found.partitions if p.topic == self.s.topic}
         return {}

@@ -795,6 +795,7 @@ def connection_on_process_0(broker: BrokerProcess, worker: int, topic: str,
             other.close()
 
 
+@pytest.mark.parametrize("two_process_broker", DISTRIBUTIONS, indirect=True)
 def test_a_produce_for_a_paused_process_is_answered_by_its_timeout_ms(
         two_process_broker: BrokerProcess) -> None:
     """Process 1 paused (SIGSTOP): a Produce for one of its partitions, through a connection

@@ -216,7 +216,6 @@ class _InFlight:
         "req_ids",
         "request",
         "start_ns",
-        "targets",
         "wait_start_ns",
         "waiting",
     )
@@ -236,7 +235,6 @@ class _InFlight:
         self.replies: list[Any] = []
         self.waiting = 0
         self.req_ids: list[int] = []
-        self.targets: list[str] = []  # the nodes of the actors it waits for
         self.max_wait_ns = 0
         self.access = access
         self.calls: list[Call] = []  # what it waits for: the calls it yielded last
@@ -510,7 +508,6 @@ class RequestHandler(Actor):
             state.replies = [None]
             state.waiting = 1
             state.req_ids = [rid]
-            state.targets = [call.target.node]
             state.max_wait_ns = call.max_wait_ms * 1_000_000
             state.calls = calls
             if call.on_timeout is not None:
@@ -522,7 +519,6 @@ class RequestHandler(Actor):
         state.replies = [None] * len(calls)
         state.waiting = len(calls)
         state.req_ids = []
-        state.targets = [call.target.node for call in calls]
         state.max_wait_ns = max((c.max_wait_ms for c in calls), default=0) * 1_000_000
         state.calls = calls
         for i, call in enumerate(calls):
@@ -837,7 +833,10 @@ class RequestHandler(Actor):
         if msg.generation <= generations.get(gone, 0):
             return
         generations[gone] = msg.generation
-        states = {id(st): st for st, _i in self.pending.values() if gone in st.targets}
+        # (a call to it that its deadline answered already waits no more: by call, not by
+        # the request's targets)
+        states = {id(st): st for st, i in self.pending.values()
+                  if st.calls[i].target.node == gone}
         for state in states.values():
             self._abandon(state, f"waited for process {msg.process}, which restarted")
 

@@ -773,11 +773,12 @@ def connection_on_process_0(broker: BrokerProcess, worker: int, topic: str,
                             partition: int) -> RawClient:
     """A connection process 0 serves (held from /proc), checked by a produce to
     ``partition`` (one of process 0's); the others opened meanwhile are closed. A
-    connection is handed (or, with reuseport, hashed) to either process: at most 8 tries."""
+    connection is handed (or, with reuseport, hashed: each lands on process 0 about half
+    the time) to either process: at most 24 tries."""
     assert broker.proc is not None
     tried: list[RawClient] = []
     try:
-        for i in range(8):
+        for i in range(24):
             client = RawClient(broker.port)
             tried.append(client)
             answer = client.produce(topic, partition, record_batch([(None, b"probe%d" % i)]))
@@ -789,7 +790,7 @@ def connection_on_process_0(broker: BrokerProcess, worker: int, topic: str,
                 return client
             client.close()  # (each try is the only connection open: it tells whose it is)
             tried.remove(client)
-        raise AssertionError("no connection of 8 landed on process 0")
+        raise AssertionError("no connection of 24 landed on process 0")
     finally:
         for other in tried:
             other.close()
@@ -818,15 +819,16 @@ def test_a_produce_for_a_paused_process_is_answered_by_its_timeout_ms(
         answer = client.produce(topic, theirs[0], record_batch([(None, b"late")]), acks=-1,
                                 timeout_ms=1500)
         took = time.monotonic() - started
+        assert keeper.continued == 0, "process 1 ran meanwhile (a SIGCONT not the test's)"
         assert answer.error_code == 7, answer  # REQUEST_TIMED_OUT
-        assert "did not answer within 1750 ms" in answer.error_message, answer
+        assert "did not answer within 2500 ms" in answer.error_message, answer
         assert 1.5 <= took < 10, took
-        assert keeper.continued == 0, "process 1 ran meanwhile"
         # the same connection serves on: process 0's partition takes records
         answer = client.produce(topic, mine[0], record_batch([(None, b"mine")]), acks=-1,
                                 timeout_ms=1500)
         assert answer.error_code == 0, answer
-        assert "answered by the call's deadline" in broker.log()
+        assert "answered by the call's deadline" in wait_for_log(
+            broker, "answered by the call's deadline")
         keeper.end()
         keeper = None
         assert held.send_signal(signal.SIGCONT)

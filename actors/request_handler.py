@@ -30,7 +30,7 @@ from actors.apis.admin import (
     handle_offset_delete,
 )
 from actors.apis.authorize import answer_per_item, denial
-from actors.apis.base import Access, ApiGen, HandlerContext, Respond
+from actors.apis.base import Access, ApiGen, Call, HandlerContext, Respond
 from actors.apis.cluster import handle_describe_cluster
 from actors.apis.configs import (
     handle_alter_configs,
@@ -204,6 +204,7 @@ class _InFlight:
 
     __slots__ = (
         "access",
+        "calls",
         "gen",
         "header",
         "local_ns",
@@ -215,7 +216,6 @@ class _InFlight:
         "req_ids",
         "request",
         "start_ns",
-        "targets",
         "wait_start_ns",
         "waiting",
     )
@@ -235,11 +235,13 @@ class _InFlight:
         self.replies: list[Any] = []
         self.waiting = 0
         self.req_ids: list[int] = []
-        self.targets: list[str] = []  # the nodes of the actors it waits for
         self.max_wait_ns = 0
         self.access = access
+        self.calls: list[Call] = []  # what it waits for: the calls it yielded last
 
 
+SWEEP_MS = 1000  # how often on_turn looks for abandoned requests (deadlines: sooner)
+TIMED_OUT_KEPT = 10_000  # req ids of calls answered by their deadline, kept for late answers
 _INT16 = struct.Struct(">h")
 _INT16_PAIR = struct.Struct(">hh")
 CLIENT_ID_KEPT = 256  # characters of a client id kept (a client may send 32,767 bytes)
@@ -377,7 +379,14 @@ class RequestHandler(Actor):
         # An internal answer that never comes (its actor crashed mid-request) must
         # not hang the connection: past this, the request is abandoned.
         self.abandon_after_ns = 2 * int(self.ctx.config["request.timeout.ms"]) * 1_000_000
+        # when on_turn next looks at what is pending: a second after the last look, or a
+        # call's deadline (Call.deadline_ms) if sooner
         self.next_sweep_ns = 0
+        # req ids of calls answered by their deadline, for their late answers (bounded,
+        # oldest dropped: one that comes later still is logged as unknown)
+        self.timed_out_ids: dict[int, None] = {}
+        # by target node: one line an interval while a process does not answer
+        self.deadline_warnings = process_limiter("call_deadline", self.node)
 
     # -------------------------------------------------------------- requests
     @handles(KafkaRequest)
@@ -499,19 +508,27 @@ class RequestHandler(Actor):
             state.replies = [None]
             state.waiting = 1
             state.req_ids = [rid]
-            state.targets = [call.target.node]
             state.max_wait_ns = call.max_wait_ms * 1_000_000
+            state.calls = calls
+            if call.on_timeout is not None:
+                at = now + call.deadline_ms * 1_000_000
+                if at < self.next_sweep_ns:
+                    self.next_sweep_ns = at
             self.tell(call.target, call.make(rid))
             return
         state.replies = [None] * len(calls)
         state.waiting = len(calls)
         state.req_ids = []
-        state.targets = [call.target.node for call in calls]
         state.max_wait_ns = max((c.max_wait_ms for c in calls), default=0) * 1_000_000
+        state.calls = calls
         for i, call in enumerate(calls):
             rid = next(self.req_ids)
             self.pending[rid] = (state, i)
             state.req_ids.append(rid)
+            if call.on_timeout is not None:
+                at = now + call.deadline_ms * 1_000_000
+                if at < self.next_sweep_ns:
+                    self.next_sweep_ns = at
             self.tell(call.target, call.make(rid))
         if not calls:
             self._advance(state, [])
@@ -528,7 +545,12 @@ class RequestHandler(Actor):
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:
-            self.log.warning("answer {} to unknown request {}", type(msg).__name__, msg.req_id)
+            if msg.req_id in self.timed_out_ids:  # its deadline answered it: dropped
+                del self.timed_out_ids[msg.req_id]
+                self.node.metrics.incr("internal_answers_late")
+            else:
+                self.log.warning("answer {} to unknown request {}", type(msg).__name__,
+                                 msg.req_id)
             _close_reply_regions([msg])
             return
         state, i = entry
@@ -692,7 +714,9 @@ class RequestHandler(Actor):
 
     def poll_timeout_ms(self) -> int | None:
         if self.pending:
-            return 1000
+            # the next sweep: within a second, sooner for a call's deadline
+            left_ns = self.next_sweep_ns - self._monotonic_ns()
+            return 0 if left_ns <= 0 else min(SWEEP_MS, -(-left_ns // 1_000_000))
         # only a handled message (a request, an answer) makes one pending: the worker
         # loop skips this actor till then (quiet_turns, inline: about once a request)
         self._quiet_at = self.messages_handled
@@ -705,12 +729,71 @@ class RequestHandler(Actor):
         now = self._monotonic_ns()
         if now < self.next_sweep_ns:
             return
-        self.next_sweep_ns = now + 1_000_000_000
-        stale = {id(st): st for st, _i in self.pending.values()
-                 if now - st.wait_start_ns > self.abandon_after_ns + st.max_wait_ns}
+        self._sweep(now)
+
+    def _sweep(self, now: int) -> None:
+        """What is pending, looked at once a second and at each call's deadline: a call
+        past its deadline is answered by it (_time_out); a request waiting on a call without
+        one past the abandon time is abandoned (its connection closed). Sets the next
+        sweep: in a second, or at the soonest deadline still ahead."""
+        next_sweep = now + SWEEP_MS * 1_000_000
+        stale: dict[int, _InFlight] = {}
+        due: list[int] = []
+        abandon_after_ns = self.abandon_after_ns
+        for rid, (st, i) in self.pending.items():
+            call = st.calls[i]
+            if call.on_timeout is not None:
+                at = st.wait_start_ns + call.deadline_ms * 1_000_000
+                if at <= now:
+                    due.append(rid)
+                elif at < next_sweep:
+                    next_sweep = at
+            elif now - st.wait_start_ns > abandon_after_ns + st.max_wait_ns:
+                stale[id(st)] = st
+        self.next_sweep_ns = next_sweep
         for state in stale.values():
             self._abandon(state, f"got no internal answer in "
                                  f"{self.abandon_after_ns // 1_000_000} ms")
+        for rid in due:
+            self._time_out(rid, now)
+
+    def _time_out(self, rid: int, now: int) -> None:
+        """A call past its deadline: its ``on_timeout`` answer is taken as the real one
+        would be, and the real one, should it come, is dropped (on_reply)."""
+        entry = self.pending.pop(rid, None)
+        if entry is None:  # its request was abandoned, or ended, in this sweep
+            return
+        state, i = entry
+        call = state.calls[i]
+        self.timed_out_ids[rid] = None
+        if len(self.timed_out_ids) > TIMED_OUT_KEPT:
+            del self.timed_out_ids[next(iter(self.timed_out_ids))]
+        self.node.metrics.incr("internal_calls_timed_out")
+        admitted = self.deadline_warnings.admit(call.target.node, now)
+        if admitted is not None:
+            what = (f"API {state.header.api_key} on connection {state.msg.conn_id}"
+                    if state.header is not None
+                    else f"{type(state.msg).__name__} from {state.reply_to}")
+            self.log.warning("{} got no answer from {} within {} ms; answered by the call's "
+                             "deadline ({} more such held back since the last line; one line "
+                             "{})", what, call.target, call.deadline_ms, admitted[0],
+                             _interval_text(self.deadline_warnings.interval_ns))
+        try:
+            assert call.on_timeout is not None  # (only such calls are due)
+            reply = call.on_timeout(rid)
+        except Exception as exc:  # the API's own answer failed: the request fails as any
+            for other in state.req_ids:
+                self.pending.pop(other, None)
+            _close_reply_regions(state.replies)
+            if state.reply_to is not None:
+                self._answer_internal_failure(state, exc)
+            else:
+                self._answer_failure(state, exc, "failed", None)
+            return
+        state.replies[i] = reply
+        state.waiting -= 1
+        if state.waiting == 0:
+            self._advance(state, state.replies)
 
     def _abandon(self, state: _InFlight, why: str) -> None:
         for rid in state.req_ids:
@@ -750,7 +833,10 @@ class RequestHandler(Actor):
         if msg.generation <= generations.get(gone, 0):
             return
         generations[gone] = msg.generation
-        states = {id(st): st for st, _i in self.pending.values() if gone in st.targets}
+        # (a call to it that its deadline answered already waits no more: by call, not by
+        # the request's targets)
+        states = {id(st): st for st, i in self.pending.values()
+                  if st.calls[i].target.node == gone}
         for state in states.values():
             self._abandon(state, f"waited for process {msg.process}, which restarted")
 

@@ -52,6 +52,13 @@ class Call(NamedTuple):
     # rebalance); the handler abandons a request only past this plus
     # request.timeout.ms.
     max_wait_ms: int = 0
+    # A call with an ``on_timeout`` has a deadline: ``deadline_ms`` after it was sent, still
+    # unanswered, the handler takes ``on_timeout(req_id)`` as its answer and resumes the
+    # API as with any answer; the real one, should it come later, is dropped (counted in
+    # internal_answers_late). Such a call is never abandoned: its deadline answers it.
+    # Without one (None), the abandon time alone ends the wait (see max_wait_ms).
+    deadline_ms: int = 0
+    on_timeout: Callable[[int], Any] | None = None
 
 
 # The most a topic change's timeout_ms adds to the handler's wait for the Controller's

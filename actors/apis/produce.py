@@ -1,7 +1,17 @@
-"""Produce: append whole batches on the partitions' shards; acks 0, 1 and -1."""
+"""Produce: append whole batches on the partitions' shards; acks 0, 1 and -1.
+
+Each shard's Append has a deadline (``produce_deadline_ms``): with num.processes > 1 the
+shard may live in a process that does not answer (paused, or not ready after a restart),
+and the client is then answered REQUEST_TIMED_OUT for that shard's partitions by its own
+timeout instead of waiting for that process (or for the handler's abandon, which closes
+the connection). As with Kafka's acks=all timeouts, REQUEST_TIMED_OUT is retriable and says
+nothing of the append: the Append waits in the link and may still be written when that
+process runs again (a process restarted meanwhile refuses it by its generation stamp).
+"""
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +61,46 @@ def _check_records(records: bytes, api_version: int) -> tuple[ErrorCode, str] | 
 def _append(acks: int, timeout_ms: int, rows: list[AppendRow],
             generation: int) -> Callable[[int], Append]:
     return lambda rid: Append(rid, acks, timeout_ms, rows, False, generation)
+
+
+# How long after timeout_ms an unanswered Append is answered by its deadline: an acks=-1
+# wait that the ISR does not end is ended at timeout_ms by the purgatory of the shard's
+# process (REQUEST_TIMED_OUT, with the append's offsets), one link hop away; that answer
+# comes first unless the process is stuck. A second: a leader's own append (which Kafka
+# never times out) late by less than this on a loaded host is never answered in error.
+PRODUCE_DEADLINE_GRACE_MS = 1000
+# The longest a handler waits for a shard's process, whatever timeout_ms says (up to
+# 2^31 - 1 ms, 24 days); librdkafka's default message.timeout.ms.
+PRODUCE_DEADLINE_CAP_MS = 300_000
+
+
+@functools.lru_cache(maxsize=256)  # a client's few (acks, timeout_ms): no Python call a request
+def produce_deadline_ms(acks: int, timeout_ms: int, request_timeout_ms: int) -> int:
+    """How long a Produce's handler waits for a shard's answer before it answers that
+    shard's partitions REQUEST_TIMED_OUT itself.
+
+    Kafka reads timeout_ms for acks=-1 alone (ReplicaManager.appendRecords: the leader's
+    append is done in the request's thread whatever the timeout; only the wait for the
+    ISR, a DelayedProduce, ends at timeout_ms), so clients send anything with acks 0 and
+    1: some 0, most their own request timeout. A deadline of timeout_ms there would time
+    out every produce whose timeout_ms is 0 or small on a busy host, an error Kafka never
+    gives. So: acks=-1 waits timeout_ms, acks 0 and 1 at least the broker's
+    request.timeout.ms (still half the abandon time, and answered instead of closed);
+    negative counts as 0, and neither waits past PRODUCE_DEADLINE_CAP_MS; plus the grace
+    that lets the purgatory's own REQUEST_TIMED_OUT come first."""
+    wait = min(max(0, timeout_ms), PRODUCE_DEADLINE_CAP_MS)
+    if acks != -1:
+        wait = max(wait, min(max(0, request_timeout_ms), PRODUCE_DEADLINE_CAP_MS))
+    return wait + PRODUCE_DEADLINE_GRACE_MS
+
+
+def _timed_out(rows: list[AppendRow], deadline_ms: int, req_id: int) -> AppendDone:
+    """The answer taken for an Append its shard's process did not answer by its deadline."""
+    message = (f"the broker process holding this partition did not answer within "
+               f"{deadline_ms} ms; the records may still be appended")
+    code = int(ErrorCode.REQUEST_TIMED_OUT)
+    return AppendDone(req_id, [AppendDoneRow(r.topic, r.partition, code, -1, -1, -1, message)
+                               for r in rows])
 
 
 def _partition_response(index: int, r: AppendDoneRow) -> dict[str, Any]:
@@ -118,9 +168,13 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         # each stamped with the generation of its shard's process this handler knows: sent
         # in this turn, before any ProcessStarted that makes the handler give it up
         generations = ctx.process_generations
+        deadline_ms = produce_deadline_ms(acks, req.timeout_ms,
+                                          ctx.config.values["request.timeout.ms"])
         calls = [
             Call(shard, _append(acks, req.timeout_ms, shard_rows,
-                                generations.get(shard.node, 0)))
+                                generations.get(shard.node, 0)),
+                 deadline_ms=deadline_ms,
+                 on_timeout=functools.partial(_timed_out, shard_rows, deadline_ms))
             for shard, shard_rows in group_by_shard(ctx, rows).items()
         ]
         replies: list[AppendDone | ProduceReady] = yield calls

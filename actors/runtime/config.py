@@ -219,7 +219,10 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                                  "watermarks are written to "
                                                                  "replication-offset-checkpoint"),
     "request.timeout.ms": (30000, int, "how long shutdown waits for each actor; a request "
-                                      "waiting on another actor twice this long is abandoned"),
+                                      "waiting on another actor twice this long is abandoned "
+                                      "(a Produce is answered REQUEST_TIMED_OUT by its own "
+                                      "deadline: timeout_ms, and for acks 0 and 1 at least "
+                                      "this; acks=0 closes its connection then)"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),

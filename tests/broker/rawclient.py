@@ -153,9 +153,10 @@ class RawClient:
         return int(response.topics[0].error_code)
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
-                version: int = 9) -> Any:
+                version: int = 9, timeout_ms: int = 10_000) -> Any:
         """The partition response of a one-partition Produce."""
-        response = self.call(PRODUCE, version, produce_values(topic, partition, batch, acks))
+        response = self.call(PRODUCE, version, produce_values(topic, partition, batch, acks,
+                                                              timeout_ms))
         return response.responses[0].partition_responses[0]
 
     def fetch(self, topic: str, partition: int, offset: int, *, max_wait_ms: int = 0,
@@ -176,8 +177,9 @@ class RawClient:
         return response.topics[0].partitions[0]
 
 
-def produce_values(topic: str, partition: int, batch: bytes, acks: int = -1) -> dict[str, Any]:
-    return {"transactional_id": None, "acks": acks, "timeout_ms": 10_000,
+def produce_values(topic: str, partition: int, batch: bytes, acks: int = -1,
+                   timeout_ms: int = 10_000) -> dict[str, Any]:
+    return {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
             "topic_data": [{"name": topic,
                             "partition_data": [{"index": partition, "records": batch}]}]}
 

@@ -769,6 +769,81 @@ def test_a_produce_sent_while_process_1_is_dead_is_never_written_by_the_new_one(
                                                                     for i in range(6)]
 
 
+def connection_on_process_0(broker: BrokerProcess, worker: int, topic: str,
+                            partition: int) -> RawClient:
+    """A connection process 0 serves (held from /proc), checked by a produce to
+    ``partition`` (one of process 0's); the others opened meanwhile are closed. A
+    connection is handed (or, with reuseport, hashed: each lands on process 0 about half
+    the time) to either process: at most 24 tries."""
+    assert broker.proc is not None
+    tried: list[RawClient] = []
+    try:
+        for i in range(24):
+            client = RawClient(broker.port)
+            tried.append(client)
+            answer = client.produce(topic, partition, record_batch([(None, b"probe%d" % i)]))
+            assert answer.error_code == 0, answer
+            inodes = established_inodes(broker.port)
+            if connections_of(worker, inodes) == 0 and connections_of(broker.proc.pid,
+                                                                       inodes) == 1:
+                tried.remove(client)
+                return client
+            client.close()  # (each try is the only connection open: it tells whose it is)
+            tried.remove(client)
+        raise AssertionError("no connection of 24 landed on process 0")
+    finally:
+        for other in tried:
+            other.close()
+
+
+@pytest.mark.parametrize("two_process_broker", DISTRIBUTIONS, indirect=True)
+def test_a_produce_for_a_paused_process_is_answered_by_its_timeout_ms(
+        two_process_broker: BrokerProcess) -> None:
+    """Process 1 paused (SIGSTOP): a Produce for one of its partitions, through a connection
+    process 0 serves, is answered REQUEST_TIMED_OUT by its timeout_ms (its handler's
+    deadline for the shard's answer), not after the abandon time (twice request.timeout.ms,
+    60 s), and its connection stays open: a produce to process 0's partition on it is
+    written. Resumed, process 1 serves its partition again (the timed-out record may have
+    been written meanwhile, as after Kafka's acks=all timeouts)."""
+    broker = two_process_broker
+    topic = "paused"
+    worker, mine, theirs = topic_over_both_processes(broker, topic, 4)
+    client = connection_on_process_0(broker, worker, topic, mine[0])
+    held = broker.hold_worker(worker)
+    keeper: KeepStopped | None = None
+    try:
+        assert held.send_signal(signal.SIGSTOP)
+        keeper = KeepStopped(held, "process 1")
+        assert keeper.watching.wait(5), "process 1 did not stop"
+        started = time.monotonic()
+        answer = client.produce(topic, theirs[0], record_batch([(None, b"late")]), acks=-1,
+                                timeout_ms=1500)
+        took = time.monotonic() - started
+        assert keeper.continued == 0, "process 1 ran meanwhile (a SIGCONT not the test's)"
+        assert answer.error_code == 7, answer  # REQUEST_TIMED_OUT
+        assert "did not answer within 2500 ms" in answer.error_message, answer
+        assert 1.5 <= took < 10, took
+        # the same connection serves on: process 0's partition takes records
+        answer = client.produce(topic, mine[0], record_batch([(None, b"mine")]), acks=-1,
+                                timeout_ms=1500)
+        assert answer.error_code == 0, answer
+        assert "answered by the call's deadline" in wait_for_log(
+            broker, "answered by the call's deadline")
+        keeper.end()
+        keeper = None
+        assert held.send_signal(signal.SIGCONT)
+        answer = client.produce(topic, theirs[0], record_batch([(None, b"after")]), acks=-1)
+        assert answer.error_code == 0, answer
+        got = [v for _o, _k, v in read_records(client.fetch(topic, theirs[0], 0).records)]
+        assert got in ([b"after"], [b"late", b"after"]), got
+    finally:
+        if keeper is not None:
+            keeper.end()
+        held.send_signal(signal.SIGCONT)
+        held.close()
+        client.close()
+
+
 def test_sigterm_leaves_the_marker_and_every_shards_checkpoint(
         two_process_broker: BrokerProcess) -> None:
     """Process 1's shards report their final offsets to process 0's LogManager before

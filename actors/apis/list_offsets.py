@@ -1,7 +1,16 @@
-"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or by timestamp."""
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or by timestamp.
+
+Each shard's ListOffsets has a deadline (LIST_OFFSETS_DEADLINE_MS): a shard whose process
+does not answer (num.processes > 1: paused, or restarted and not ready yet) has its
+partitions answered NOT_LEADER_OR_FOLLOWER, which clients retry after a metadata refresh
+(the Java consumer's OffsetFetcherUtils, librdkafka, kafka-python), while the other
+partitions are answered; before, the request waited for the handler's abandon (twice
+request.timeout.ms) and its connection was closed.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +22,19 @@ from wire.errors import ErrorCode
 
 def _list_offsets(isolation: int, rows: list[ListOffsetsRow]) -> Callable[[int], ListOffsets]:
     return lambda rid: ListOffsets(rid, isolation, rows)
+
+
+# How long a handler waits for a shard's ListOffsets. No max wait in the request to go by:
+# an offset by timestamp looks up an index and reads part of a segment, in milliseconds
+# even on a busy host; a stuck process costs the other partitions this much per request.
+LIST_OFFSETS_DEADLINE_MS = 2_000
+NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def _timed_out(req_id: int, rows: list[ListOffsetsRow]) -> ListOffsetsDone:
+    """The answer taken for a ListOffsets its shard's process did not answer in time."""
+    return ListOffsetsDone(req_id, [ListOffsetsDoneRow(r.topic, r.partition, NOT_LEADER,
+                                                       -1, -1, -1) for r in rows])
 
 
 # Kafka's ReplicaManager.timestampMinSupportedVersion: the special (negative) timestamps and
@@ -69,7 +91,8 @@ def handle_list_offsets(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         order.append((t.name, indexes))
     if rows:
         replies: list[ListOffsetsDone] = yield [
-            Call(shard, _list_offsets(isolation, shard_rows))
+            Call(shard, _list_offsets(isolation, shard_rows), 0, LIST_OFFSETS_DEADLINE_MS,
+                 functools.partial(_timed_out, rows=shard_rows))
             for shard, shard_rows in group_by_shard(ctx, rows).items()
         ]
         for reply in replies:

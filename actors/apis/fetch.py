@@ -69,6 +69,14 @@ NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 # live partitions more than 2 s a fetch.
 READ_DEADLINE_FLOOR_MS = 500
 READ_DEADLINE_CAP_MS = 2_000
+# A Read to a shard of another process brings its data as bytes through the link (read
+# from the segment, packed, sent, unpacked), not as file regions: a 50 MB fetch of another
+# process's partition took 0.5 to 1.5 s on a busy two-core host, past the deadline above,
+# and was answered NOT_LEADER_OR_FOLLOWER every time. Such a Read's deadline is longer by
+# the time to carry the most it may bring (the fetch's max_bytes, or its partitions'
+# partition_max_bytes if less) at CARRY_BYTES_PER_MS, 10 MB/s: a fifth of the rate seen
+# there. A consumer's default (1 MB per partition) adds 100 ms a partition.
+CARRY_BYTES_PER_MS = 10_000
 # How long after max_wait_ms an unanswered WatchFetch is taken as woken: its purgatory
 # expires it at max_wait_ms, one link hop away; that answer comes first unless the
 # purgatory's process is stuck.
@@ -79,6 +87,15 @@ WATCH_DEADLINE_GRACE_MS = 250
 def read_deadline_ms(max_wait_ms: int) -> int:
     """The deadline of a fetch's Reads: max_wait_ms within [floor, cap] (see above)."""
     return min(max(max_wait_ms, READ_DEADLINE_FLOOR_MS), READ_DEADLINE_CAP_MS)
+
+
+def carry_ms(rows: list[Any], max_bytes: int) -> int:
+    """The time a Read (ReplicaRead) of ``rows`` from another process is given to carry
+    its bytes: the most it may bring at CARRY_BYTES_PER_MS."""
+    wanted = 0
+    for r in rows:
+        wanted += r.partition_max_bytes
+    return max(0, min(wanted, max_bytes)) // CARRY_BYTES_PER_MS
 
 
 def read_timed_out(req_id: int, rows: list[ReadRow]) -> ReadDone:
@@ -104,13 +121,17 @@ def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
                 rows: list[ReadRow], isolation: int, deadline_ms: int) -> list[Call]:
     """One Read per shard; file regions only from a shard of this handler's own process
     (num.processes > 1: a descriptor means nothing in another process). Each has the
-    deadline ``deadline_ms`` (read_deadline_ms), answered then by read_timed_out."""
+    deadline ``deadline_ms`` (read_deadline_ms), and one of another process the time to
+    carry its bytes too (carry_ms); past it, read_timed_out answers it."""
     here = ctx.topology.node
-    return [
-        Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, shard.node == here),
-             0, deadline_ms, functools.partial(read_timed_out, rows=shard_rows))
-        for shard, shard_rows in group_by_shard(ctx, rows).items()
-    ]
+    calls = []
+    for shard, shard_rows in group_by_shard(ctx, rows).items():
+        local = shard.node == here
+        calls.append(Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, local), 0,
+                          deadline_ms if local else deadline_ms + carry_ms(shard_rows,
+                                                                           max_bytes),
+                          functools.partial(read_timed_out, rows=shard_rows)))
+    return calls
 
 
 _BATCH_LENGTH = struct.Struct(">i")

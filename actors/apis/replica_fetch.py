@@ -22,7 +22,7 @@ import functools
 from collections.abc import Callable
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
-from actors.apis.fetch import NOT_LEADER, read_deadline_ms, watch_call
+from actors.apis.fetch import NOT_LEADER, carry_ms, read_deadline_ms, watch_call
 from wire.broker_messages import WatchFetch, WatchFetchRow
 from wire.errors import ErrorCode
 from wire.replication_messages import (
@@ -51,8 +51,11 @@ def _timed_out(req_id: int, rows: list[ReplicaReadRow]) -> ReplicaReadDone:
 
 
 def _calls(ctx: HandlerContext, msg: ReplicaFetch, rows: list[ReplicaReadRow]) -> list[Call]:
+    """One ReplicaRead per shard, each with a deadline: as a consumer's Read of another
+    process (its records come as bytes, from a shard of this process too)."""
     deadline_ms = read_deadline_ms(msg.max_wait_ms)
-    return [Call(shard, _read(msg.replica_id, msg.max_bytes, shard_rows), 0, deadline_ms,
+    return [Call(shard, _read(msg.replica_id, msg.max_bytes, shard_rows), 0,
+                 deadline_ms + carry_ms(shard_rows, msg.max_bytes),
                  functools.partial(_timed_out, rows=shard_rows))
             for shard, shard_rows in group_by_shard(ctx, rows).items()]
 

@@ -23,9 +23,11 @@ from kafka.protocol.parser import KafkaProtocol
 
 from actors.apis.base import HandlerContext
 from actors.apis.fetch import (
+    CARRY_BYTES_PER_MS,
     READ_DEADLINE_CAP_MS,
     READ_DEADLINE_FLOOR_MS,
     WATCH_DEADLINE_GRACE_MS,
+    carry_ms,
     read_deadline_ms,
 )
 from actors.core.topic_store import TopicEntry
@@ -42,6 +44,7 @@ from wire.broker_messages import (
     Read,
     ReadDone,
     ReadDoneRow,
+    ReadRow,
     WatchFetch,
 )
 
@@ -179,3 +182,13 @@ def test_the_read_deadline_is_max_wait_ms_within_its_floor_and_cap() -> None:
     assert read_deadline_ms(-1) == floor
     assert read_deadline_ms(floor + 300) == floor + 300
     assert read_deadline_ms(2**31 - 1) == cap
+
+
+def test_a_read_of_another_process_is_given_the_time_to_carry_its_bytes() -> None:
+    """The most a Read may bring (its partitions' partition_max_bytes, within the fetch's
+    max_bytes) at CARRY_BYTES_PER_MS."""
+    rows = [ReadRow("t", p, 0, 1 << 20) for p in range(4)]
+    assert carry_ms(rows, 50 << 20) == (4 << 20) // CARRY_BYTES_PER_MS  # 419 ms
+    assert carry_ms(rows, 1 << 20) == (1 << 20) // CARRY_BYTES_PER_MS
+    huge = [ReadRow("t", 0, 0, 2**31 - 1)]
+    assert carry_ms(huge, 57_671_680) == 57_671_680 // CARRY_BYTES_PER_MS  # 5.8 s at most

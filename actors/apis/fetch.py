@@ -72,10 +72,10 @@ READ_DEADLINE_CAP_MS = 2_000
 # A Read to a shard of another process brings its data as bytes through the link (read
 # from the segment, packed, sent, unpacked), not as file regions: a 50 MB fetch of another
 # process's partition took 0.5 to 1.5 s on a busy two-core host, past the deadline above,
-# and was answered NOT_LEADER_OR_FOLLOWER every time. Such a Read's deadline is longer by
-# the time to carry the most it may bring (the fetch's max_bytes, or its partitions'
-# partition_max_bytes if less) at CARRY_BYTES_PER_MS, 10 MB/s: a fifth of the rate seen
-# there. A consumer's default (1 MB per partition) adds 100 ms a partition.
+# and was answered NOT_LEADER_OR_FOLLOWER in 4 tries of 5. Such a Read's deadline is longer
+# by the time to carry the most it may bring (the fetch's max_bytes, or its partitions'
+# partition_max_bytes if less) at CARRY_BYTES_PER_MS, 10 MB/s: a fifth or less of the rate
+# seen there. A consumer's default (1 MB per partition) adds 100 ms a partition.
 CARRY_BYTES_PER_MS = 10_000
 # How long after max_wait_ms an unanswered WatchFetch is taken as woken: its purgatory
 # expires it at max_wait_ms, one link hop away; that answer comes first unless the

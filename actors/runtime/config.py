@@ -224,7 +224,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                       "deadline: timeout_ms, and for acks 0 and 1 at least "
                                       "this; a Fetch's or ListOffsets' partitions "
                                       "NOT_LEADER_OR_FOLLOWER by its read's deadline, "
-                                      "0.5 to 2 s and the time to carry its bytes)"),
+                                      "5 to 10 s and the time to carry its bytes, "
+                                      "for a shard of another process)"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),

@@ -884,15 +884,17 @@ def values_of(partition: Any) -> list[bytes | None]:
 def test_a_fetch_naming_a_paused_process_serves_the_other_partitions(
         two_process_broker: BrokerProcess) -> None:
     """Process 1 paused (SIGSTOP): one Fetch naming a partition of each process, both
-    with records, through a connection process 0 serves, is answered within the deadline
-    of its read (max_wait_ms, at least 500 ms), not after the abandon time (twice
-    request.timeout.ms, 60 s): process 0's partition with its records, process 1's
-    NOT_LEADER_OR_FOLLOWER (which clients retry quietly); the connection stays open. A
-    ListOffsets naming both is answered alike. Resumed, process 1 serves again."""
+    with records, through a connection process 0 serves, is answered by the deadline of
+    its read of process 1 (max_wait_ms within 5 to 10 s, plus the time to carry 1 MB), not
+    after the abandon time (twice request.timeout.ms, 60 s): process 0's partition with
+    its records, process 1's NOT_LEADER_OR_FOLLOWER (which clients retry quietly); the
+    connection stays open. A ListOffsets naming both is answered alike (5 s). Resumed,
+    process 1 serves again."""
     broker = two_process_broker
     topic = "fetch-paused"
     worker, mine, theirs = topic_over_both_processes(broker, topic, 4)
     client = connection_on_process_0(broker, worker, topic, mine[0])  # (writes probes)
+    client.sock.settimeout(60)  # (answers come by the 5 s deadline; on a loaded host later)
     answer = client.produce(topic, mine[0], record_batch([(None, b"mine")]))
     assert answer.error_code == 0, answer
     at = answer.base_offset
@@ -904,7 +906,7 @@ def test_a_fetch_naming_a_paused_process_serves_the_other_partitions(
         assert held.send_signal(signal.SIGSTOP)
         keeper = KeepStopped(held, "process 1")
         assert keeper.watching.wait(5), "process 1 did not stop"
-        for max_wait_ms in (0, 800):
+        for max_wait_ms in (0, 6_000):
             started = time.monotonic()
             got = fetch_partitions(client, topic, {mine[0]: at, theirs[0]: 0}, max_wait_ms)
             took = time.monotonic() - started
@@ -912,10 +914,12 @@ def test_a_fetch_naming_a_paused_process_serves_the_other_partitions(
             assert values_of(got[mine[0]]) == [b"mine"], got
             assert got[theirs[0]].error_code == NOT_LEADER, got
             assert values_of(got[theirs[0]]) == []
-            assert max(0.5, max_wait_ms / 1000) <= took < 5, (max_wait_ms, took)
+            # the deadline (5 s at least), well before the abandon (60 s): a loaded host's
+            # slack above it
+            assert max(5, max_wait_ms / 1000) <= took < 20, (max_wait_ms, took)
         started = time.monotonic()
         offsets = latest_offsets(client, topic, [mine[0], theirs[0]])
-        assert time.monotonic() - started < 5
+        assert 5 <= time.monotonic() - started < 20
         assert (offsets[mine[0]].error_code, offsets[mine[0]].offset) == (0, at + 1), offsets
         assert offsets[theirs[0]].error_code == NOT_LEADER, offsets
         assert keeper.continued == 0, "process 1 ran meanwhile"
@@ -1042,7 +1046,7 @@ def paused_consumer_reads(broker: BrokerProcess, worker: int, topic: str, consum
             assert answer.error_code == 0, answer
         got: list[bytes] = []
         errors: list[str] = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # (a fetch naming both waits ~5 s)
         while len(got) < len(sent) and time.monotonic() < deadline:
             for msg in consumer.consume(100, 0.5):
                 if msg.error() is not None:

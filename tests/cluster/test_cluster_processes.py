@@ -100,11 +100,13 @@ def check_everything_acknowledged_is_there(cluster: Cluster, producer: KeyedProd
     assert consumed == logs
 
 
-def make_cluster(cluster_factory: Any,
-                 placement: str = "spread") -> tuple[Cluster, dict[int, int]]:
+def make_cluster(cluster_factory: Any, placement: str = "spread",
+                 config: dict[str, Any] | None = None) -> tuple[Cluster, dict[int, int]]:
     """num.processes.shard.placement = spread: every process of every node leads some
-    partitions and follows others; first: process 0 of each node all of them."""
-    cluster = cluster_factory(config={**CONFIG, "num.processes.shard.placement": placement})
+    partitions and follows others; first: process 0 of each node all of them. ``config``:
+    more settings, over CONFIG's."""
+    cluster = cluster_factory(config={**CONFIG, "num.processes.shard.placement": placement,
+                                      **(config or {})})
     leaders = create_topic(cluster, partitions=PARTITIONS)
     if placement == "spread":
         spread = roles(leaders, list(cluster.nodes))
@@ -207,14 +209,20 @@ def test_a_leader_whose_process_1_is_paused_keeps_replicating_its_process_0s_par
     0's partitions go on replicating: acks=all produces to one of them are acknowledged
     for longer than replica.lag.time.max.ms, its ISR whole. (Before, the whole replica
     fetch went unanswered, the followers fell out of that ISR too and min.insync.replicas
-    refused the produces.)"""
-    cluster, leaders = make_cluster(cluster_factory)
+    refused the produces.) The read deadline is 5 s at least, so a replica fetch naming
+    process 1's partitions takes that long: replica.lag.time.max.ms is 16 s here (a
+    follower is caught up within two such fetches), replica.socket.timeout.ms 30 s (their
+    defaults are 30 s both), and a produce is acknowledged within two fetches."""
+    lag_ms = 16_000
+    cluster, leaders = make_cluster(cluster_factory, config={
+        "replica.lag.time.max.ms": lag_ms, "replica.socket.timeout.ms": 30_000})
     lead = cluster.nodes[1]
     mine = [p for p, n in leaders.items() if n == 1 and process_of(p) == 0]
     theirs = [p for p, n in leaders.items() if n == 1 and process_of(p) == 1]
     assert mine and theirs, leaders
     [worker] = lead.worker_pids()
     client = connection_on_process_0(lead.process, worker, TOPIC, mine[0])
+    client.sock.settimeout(60)  # (an acks=all answer takes up to two ~5 s replica fetches)
     held = lead.process.hold_worker(worker)
     keeper: KeepStopped | None = None
     try:
@@ -222,10 +230,11 @@ def test_a_leader_whose_process_1_is_paused_keeps_replicating_its_process_0s_par
         keeper = KeepStopped(held, "process 1 of broker 1")
         assert keeper.watching.wait(5), "process 1 did not stop"
         codes = []
-        until = time.monotonic() + 2 * FAST["replica.lag.time.max.ms"] / 1000
+        # past the lag time and an ISR check after it (every lag / 2)
+        until = time.monotonic() + 1.5 * lag_ms / 1000
         while time.monotonic() < until and len(codes) < 200:
             answer = client.produce(TOPIC, mine[0], record_batch([(None, b"7")]), acks=-1,
-                                    timeout_ms=10_000)
+                                    timeout_ms=30_000)
             codes.append(answer.error_code)
         assert set(codes) == {0}, codes
         isr = cluster.nodes[2].metadata([TOPIC]).partitions[(TOPIC, mine[0])].isr

@@ -59,9 +59,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "request_failure_logs_held": ("counter", "Failed requests not logged (one line a minute "
                                              "per place in the code, per process)"),
     "requests_abandoned": ("counter", "Requests still waiting when their connection closed"),
-    "internal_calls_timed_out": ("counter", "Internal calls answered by their deadline (a "
-                                            "Produce's partitions REQUEST_TIMED_OUT: the "
-                                            "process of their shard did not answer in time)"),
+    "internal_calls_timed_out": ("counter", "Internal calls answered by their deadline (the "
+                                            "process of their shard did not answer in time: "
+                                            "a Produce's partitions REQUEST_TIMED_OUT, a "
+                                            "Fetch's or ListOffsets' NOT_LEADER_OR_FOLLOWER)"),
     "internal_answers_late": ("counter", "Answers to internal calls that came after their "
                                          "deadline had answered them (dropped)"),
     "requests_dropped_after_close": ("counter", "Answers for connections already closed"),

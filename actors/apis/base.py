@@ -339,3 +339,12 @@ def group_by_shard(ctx: HandlerContext, rows: list[R]) -> dict[Address, list[R]]
     for row in rows:
         out.setdefault(ctx.topology.shard_for(row.topic, row.partition), []).append(row)
     return out
+
+
+def in_another_process(ctx: HandlerContext, target: Address) -> bool:
+    """Whether ``target`` lives in another process of this broker (num.processes > 1),
+    which may not answer: paused, or restarted and not ready yet. Only a call to such an
+    actor is given a deadline (a fetch's Reads and WatchFetch, a ListOffsets): an actor of
+    the handler's own process answers unless that process itself is stuck, and a deadline
+    there could only fire on a loaded host, with a needless error."""
+    return target.node != ctx.topology.node

@@ -7,15 +7,43 @@ sends them from the files. A response is capped by the broker's
 ``fetch.max.bytes`` as well as by the request's max_bytes, as in Kafka.
 Regions this function drops (a read redone after waiting, a partition cut by
 the byte budget) are closed here.
+
+With num.processes > 1 a shard (or the purgatory a fetch waits in) may live in a
+process that does not answer: paused, or restarted and not ready yet. Each Read
+and WatchFetch to another process therefore carries a deadline (Call.deadline_ms;
+one to the handler's own process none: in_another_process): a shard's Read
+unanswered by ``read_deadline_ms`` (and the time to carry its bytes) is taken as
+NOT_LEADER_OR_FOLLOWER for that shard's partitions (``read_timed_out``), so the
+fetch answers the other processes' partitions with their data instead of nothing
+until the handler abandons it and closes the connection (twice
+request.timeout.ms). Why that code: it is the one
+every client retries quietly in a fetch partition (the Java consumer's
+FetchCollector refreshes metadata and fetches again; librdkafka's fetcher does
+the same after fetch.error.backoff.ms; kafka-python likewise), and the one a
+restarted process's generation refusal already gives. REQUEST_TIMED_OUT is not:
+the Java consumer throws IllegalStateException for a fetch partition code it does
+not expect, and librdkafka hands any such code to the application as a consumer
+error. A WatchFetch to another process unanswered past max_wait_ms (plus a grace)
+is taken as the purgatory's own timeout: the fetch reads again. The deadlines are
+long (seconds) so that a healthy process on a loaded host never misses one: a
+needless NOT_LEADER_OR_FOLLOWER costs the client a metadata refresh and a back-off.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from typing import Any
 
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.apis.base import (
+    ApiGen,
+    Call,
+    HandlerContext,
+    Respond,
+    group_by_shard,
+    in_another_process,
+)
 from actors.core.file_regions import (
     close_region,
     close_regions,
@@ -24,10 +52,80 @@ from actors.core.file_regions import (
 )
 from actors.core.partition_log import COORDINATOR_TOPICS
 from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
-from wire.broker_messages import Read, ReadDone, ReadDoneRow, ReadRow, WatchFetch, WatchFetchRow
+from wire.broker_messages import (
+    FetchReady,
+    Read,
+    ReadDone,
+    ReadDoneRow,
+    ReadRow,
+    WatchFetch,
+    WatchFetchRow,
+)
 from wire.errors import ErrorCode
 
 NONE = int(ErrorCode.NONE)
+NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+# How long a fetch's handler waits for a Read (ReplicaRead) of a shard of another process
+# before it answers that shard's partitions NOT_LEADER_OR_FOLLOWER itself
+# (read_deadline_ms). A Read is answered in well under a millisecond; only a shard queued
+# behind a burst of appends, or a process starved of CPU on a busy host, takes long. Too
+# short, and a healthy but loaded process's partitions get a needless error (the client
+# refreshes its metadata and fetches them again, librdkafka after fetch.error.backoff.ms);
+# too long, and while a process is stuck every fetch that names one of its partitions holds
+# back the other partitions' data that long. The deadline is the fetch's max_wait_ms (how
+# late its client already takes an answer) within [READ_DEADLINE_FLOOR_MS,
+# READ_DEADLINE_CAP_MS]: 5 s at least, far past any scheduling delay of a live process
+# (and well within every client's request timeout, 30 s and more); 10 s at most, so a long
+# poll does not make a stuck process cost the live partitions more than that a fetch.
+READ_DEADLINE_FLOOR_MS = 5_000
+READ_DEADLINE_CAP_MS = 10_000
+# A Read to a shard of another process brings its data as bytes through the link (read
+# from the segment, packed, sent, unpacked), not as file regions: a 50 MB fetch of another
+# process's partition took 0.5 to 1.5 s on a busy two-core host (past the 500 ms the
+# deadline above once was: answered NOT_LEADER_OR_FOLLOWER in 4 tries of 5). Its deadline
+# is longer by the time to carry the most it may bring (the fetch's max_bytes, or its
+# partitions' partition_max_bytes if less) at CARRY_BYTES_PER_MS, 10 MB/s: a fifth or less
+# of the rate seen there. A consumer's default (1 MB per partition) adds 100 ms a partition.
+CARRY_BYTES_PER_MS = 10_000
+# How long after max_wait_ms an unanswered WatchFetch to another process is taken as
+# woken: its purgatory expires it at max_wait_ms, one link hop away; that answer comes
+# first unless the purgatory's process is stuck (a second covers a loaded host's delays).
+WATCH_DEADLINE_GRACE_MS = 1_000
+
+
+@functools.lru_cache(maxsize=64)  # a few max_wait_ms values: no Python call a fetch
+def read_deadline_ms(max_wait_ms: int) -> int:
+    """The deadline of a fetch's Reads of another process: max_wait_ms within [floor, cap]
+    (see above), before the time to carry their bytes."""
+    return min(max(max_wait_ms, READ_DEADLINE_FLOOR_MS), READ_DEADLINE_CAP_MS)
+
+
+def carry_ms(rows: list[Any], max_bytes: int) -> int:
+    """The time a Read (ReplicaRead) of ``rows`` from another process is given to carry
+    its bytes: the most it may bring at CARRY_BYTES_PER_MS."""
+    wanted = 0
+    for r in rows:
+        wanted += r.partition_max_bytes
+    return max(0, min(wanted, max_bytes)) // CARRY_BYTES_PER_MS
+
+
+def read_timed_out(req_id: int, rows: list[ReadRow]) -> ReadDone:
+    """The answer taken for a Read its shard's process did not answer by its deadline:
+    NOT_LEADER_OR_FOLLOWER for each of its partitions (retried by every client)."""
+    return ReadDone(req_id, [ReadDoneRow(r.topic, r.partition, NOT_LEADER, -1, -1, b"",
+                                         0, 0, -1) for r in rows])
+
+
+def watch_call(ctx: HandlerContext, purgatory: Any, make: Callable[[int], WatchFetch],
+               max_wait_ms: int) -> Call:
+    """The WatchFetch call of a fetch: answered by its purgatory (FetchReady), or, one of
+    another process, past max_wait_ms plus a grace by its deadline as if the purgatory had
+    expired it."""
+    if not in_another_process(ctx, purgatory):
+        return Call(purgatory, make, max_wait_ms)
+    return Call(purgatory, make, max_wait_ms, max(0, max_wait_ms) + WATCH_DEADLINE_GRACE_MS,
+                functools.partial(FetchReady, reason="handler deadline", timed_out=True))
 
 
 def _read(replica_id: int, max_bytes: int, rows: list[ReadRow],
@@ -36,14 +134,20 @@ def _read(replica_id: int, max_bytes: int, rows: list[ReadRow],
 
 
 def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
-                rows: list[ReadRow], isolation: int = 0) -> list[Call]:
+                rows: list[ReadRow], isolation: int, deadline_ms: int) -> list[Call]:
     """One Read per shard; file regions only from a shard of this handler's own process
-    (num.processes > 1: a descriptor means nothing in another process)."""
-    here = ctx.topology.node
-    return [
-        Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, shard.node == here))
-        for shard, shard_rows in group_by_shard(ctx, rows).items()
-    ]
+    (num.processes > 1: a descriptor means nothing in another process). One of another
+    process has the deadline ``deadline_ms`` (read_deadline_ms) plus the time to carry its
+    bytes (carry_ms); past it, read_timed_out answers it. One of this process has none."""
+    calls = []
+    for shard, shard_rows in group_by_shard(ctx, rows).items():
+        if not in_another_process(ctx, shard):
+            calls.append(Call(shard, _read(replica_id, max_bytes, shard_rows, isolation)))
+            continue
+        calls.append(Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, False), 0,
+                          deadline_ms + carry_ms(shard_rows, max_bytes),
+                          functools.partial(read_timed_out, rows=shard_rows)))
+    return calls
 
 
 _BATCH_LENGTH = struct.Struct(">i")
@@ -179,7 +283,9 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     min_bytes = min(req.min_bytes, max_bytes)
     read: dict[tuple[str, int], ReadDoneRow] = {}
     if rows:
-        replies: list[ReadDone] = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation)
+        deadline_ms = read_deadline_ms(req.max_wait_ms)
+        replies: list[ReadDone] = yield _read_calls(ctx, replica_id, max_bytes, rows,
+                                                    isolation, deadline_ms)
         read = _by_partition(replies)
         total = 0
         errors = False
@@ -197,9 +303,12 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 for (t, p), r in read.items()
             ]
             purgatory = ctx.topology.purgatory_for(rows[0].topic, rows[0].partition)
-            yield [Call(purgatory, lambda rid: WatchFetch(rid, min_bytes, req.max_wait_ms,
-                                                          replica_id >= 0, watch_rows))]
-            replies = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation)
+            yield [watch_call(ctx, purgatory,
+                              lambda rid: WatchFetch(rid, min_bytes, req.max_wait_ms,
+                                                     replica_id >= 0, watch_rows),
+                              req.max_wait_ms)]
+            replies = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation,
+                                        deadline_ms)
             read = _by_partition(replies)
 
     # max_bytes bounds the whole response (KIP-74): partitions take whole

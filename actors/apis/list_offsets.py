@@ -1,11 +1,29 @@
-"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or by timestamp."""
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or by timestamp.
+
+Each ListOffsets to a shard of another process of this broker has a deadline
+(LIST_OFFSETS_DEADLINE_MS; one to this handler's own process none): a shard whose process
+does not answer (num.processes > 1: paused, or restarted and not ready yet) has its
+partitions answered NOT_LEADER_OR_FOLLOWER, which clients retry after a metadata refresh
+(the Java consumer's OffsetFetcherUtils, librdkafka, kafka-python), while the other
+partitions are answered; before, the request waited for the handler's abandon (twice
+request.timeout.ms) and its connection was closed.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.apis.base import (
+    ApiGen,
+    Call,
+    HandlerContext,
+    Respond,
+    group_by_shard,
+    in_another_process,
+)
+from actors.runtime.address import Address
 from actors.security.acl import Operation, ResourceType
 from wire.broker_messages import ListOffsets, ListOffsetsDone, ListOffsetsDoneRow, ListOffsetsRow
 from wire.errors import ErrorCode
@@ -13,6 +31,30 @@ from wire.errors import ErrorCode
 
 def _list_offsets(isolation: int, rows: list[ListOffsetsRow]) -> Callable[[int], ListOffsets]:
     return lambda rid: ListOffsets(rid, isolation, rows)
+
+
+# How long a handler waits for the ListOffsets of a shard of another process. No max wait
+# in the request to go by: an offset by timestamp looks up an index and reads part of a
+# segment, in milliseconds; 5 s is far past a loaded host's delays (a needless error costs
+# the client a metadata refresh), and a stuck process costs the other partitions this much
+# per request.
+LIST_OFFSETS_DEADLINE_MS = 5_000
+NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def _timed_out(req_id: int, rows: list[ListOffsetsRow]) -> ListOffsetsDone:
+    """The answer taken for a ListOffsets its shard's process did not answer in time."""
+    return ListOffsetsDone(req_id, [ListOffsetsDoneRow(r.topic, r.partition, NOT_LEADER,
+                                                       -1, -1, -1) for r in rows])
+
+
+def _call(ctx: HandlerContext, shard: Address, isolation: int,
+          rows: list[ListOffsetsRow]) -> Call:
+    """A shard's ListOffsets: with a deadline if the shard is of another process."""
+    if not in_another_process(ctx, shard):
+        return Call(shard, _list_offsets(isolation, rows))
+    return Call(shard, _list_offsets(isolation, rows), 0, LIST_OFFSETS_DEADLINE_MS,
+                functools.partial(_timed_out, rows=rows))
 
 
 # Kafka's ReplicaManager.timestampMinSupportedVersion: the special (negative) timestamps and
@@ -69,7 +111,7 @@ def handle_list_offsets(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         order.append((t.name, indexes))
     if rows:
         replies: list[ListOffsetsDone] = yield [
-            Call(shard, _list_offsets(isolation, shard_rows))
+            _call(ctx, shard, isolation, shard_rows)
             for shard, shard_rows in group_by_shard(ctx, rows).items()
         ]
         for reply in replies:

@@ -8,13 +8,29 @@ the log end); with fewer than ``min_bytes`` and no error nor divergence, the
 fetch waits in the purgatory as a DelayedFetch from a follower (answered as
 soon as the log end moves enough, the leader moves, or ``max_wait_ms``
 passes), then reads again. The answer goes back to the fetcher.
+
+As a consumer's Fetch (actors/apis/fetch.py), each ReplicaRead and the WatchFetch to
+another process of this broker have a deadline: a shard whose process does not answer
+(num.processes > 1: paused, or restarted and not ready yet) has its partitions answered
+NOT_LEADER_OR_FOLLOWER, which the follower's fetcher backs off and fetches again
+(replica.fetch.backoff.ms), while the other partitions of the fetch are served. Calls to
+this handler's own process have none.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.apis.base import (
+    ApiGen,
+    Call,
+    HandlerContext,
+    Respond,
+    group_by_shard,
+    in_another_process,
+)
+from actors.apis.fetch import NOT_LEADER, carry_ms, read_deadline_ms, watch_call
 from wire.broker_messages import WatchFetch, WatchFetchRow
 from wire.errors import ErrorCode
 from wire.replication_messages import (
@@ -35,9 +51,26 @@ def _read(replica_id: int, max_bytes: int,
     return lambda rid: ReplicaRead(rid, replica_id, max_bytes, rows)
 
 
+def _timed_out(req_id: int, rows: list[ReplicaReadRow]) -> ReplicaReadDone:
+    """The answer taken for a ReplicaRead its shard's process did not answer in time."""
+    return ReplicaReadDone(req_id, [ReplicaReadDoneRow(r.topic, r.partition, NOT_LEADER, -1,
+                                                       -1, -1, -1, -1, b"", 0, 0)
+                                    for r in rows])
+
+
 def _calls(ctx: HandlerContext, msg: ReplicaFetch, rows: list[ReplicaReadRow]) -> list[Call]:
-    return [Call(shard, _read(msg.replica_id, msg.max_bytes, shard_rows))
-            for shard, shard_rows in group_by_shard(ctx, rows).items()]
+    """One ReplicaRead per shard; one of another process with a deadline, as a consumer's
+    Read of another process (read_deadline_ms and carry_ms), one of this process none."""
+    deadline_ms = read_deadline_ms(msg.max_wait_ms)
+    calls = []
+    for shard, shard_rows in group_by_shard(ctx, rows).items():
+        make = _read(msg.replica_id, msg.max_bytes, shard_rows)
+        if not in_another_process(ctx, shard):
+            calls.append(Call(shard, make))
+            continue
+        calls.append(Call(shard, make, 0, deadline_ms + carry_ms(shard_rows, msg.max_bytes),
+                          functools.partial(_timed_out, rows=shard_rows)))
+    return calls
 
 
 def _collect(replies: list[ReplicaReadDone]) -> dict[tuple[str, int], ReplicaReadDoneRow]:
@@ -62,8 +95,9 @@ def handle_replica_fetch(ctx: HandlerContext, msg: ReplicaFetch) -> ApiGen:
                      for (t, p), r in read.items()]
             purgatory = ctx.topology.purgatory_for(rows[0].topic, rows[0].partition)
             min_bytes = min(msg.min_bytes, msg.max_bytes)
-            yield [Call(purgatory, lambda rid: WatchFetch(rid, min_bytes, msg.max_wait_ms, True,
-                                                          watch), msg.max_wait_ms)]
+            yield [watch_call(ctx, purgatory,
+                              lambda rid: WatchFetch(rid, min_bytes, msg.max_wait_ms, True, watch),
+                              msg.max_wait_ms)]
             replies = yield _calls(ctx, msg, rows)
             read = _collect(replies)
     out = []

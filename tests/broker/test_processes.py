@@ -32,7 +32,15 @@ from actors.core.dir_lock import DirLock
 from actors.core.log_dir import CLEAN_SHUTDOWN_FILE
 from actors.topology import spread_index
 from bench.scale import tcp_inodes
-from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
+from tests.broker.rawclient import (
+    FETCH,
+    LIST_OFFSETS,
+    RawClient,
+    fetch_values,
+    read_records,
+    record_batch,
+    wait_for_log,
+)
 from tests.fixtures.broker import READY_LINE, ROOT, BrokerProcess, free_port
 from tests.fixtures.pids import HeldProcess, KeepStopped, child_of
 from tests.fixtures.waiting import wait_for
@@ -842,6 +850,230 @@ def test_a_produce_for_a_paused_process_is_answered_by_its_timeout_ms(
         held.send_signal(signal.SIGCONT)
         held.close()
         client.close()
+
+
+NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER
+
+
+def fetch_partitions(client: RawClient, topic: str, offsets: dict[int, int],
+                     max_wait_ms: int, min_bytes: int = 1) -> dict[int, Any]:
+    """One Fetch v11 naming each partition of ``offsets`` from its offset: its partition
+    responses by partition."""
+    values = fetch_values(topic, 0, 0, max_wait_ms=max_wait_ms, min_bytes=min_bytes)
+    values["topics"][0]["partitions"] = [
+        {"partition": p, "current_leader_epoch": -1, "fetch_offset": offset,
+         "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+        for p, offset in offsets.items()]
+    response = client.call(FETCH, 11, values)
+    assert response.error_code == 0, response
+    return {r.partition_index: r for r in response.responses[0].partitions}
+
+
+def latest_offsets(client: RawClient, topic: str, partitions: list[int]) -> dict[int, Any]:
+    """One ListOffsets v7 (latest) naming ``partitions``: its partition responses."""
+    response = client.call(LIST_OFFSETS, 7, {
+        "replica_id": -1, "isolation_level": 0,
+        "topics": [{"name": topic, "partitions": [
+            {"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
+            for p in partitions]}]})
+    return {r.partition_index: r for r in response.topics[0].partitions}
+
+
+def values_of(partition: Any) -> list[bytes | None]:
+    return [v for _o, _k, v in read_records(bytes(partition.records or b""))]
+
+
+def test_a_fetch_naming_a_paused_process_serves_the_other_partitions(
+        two_process_broker: BrokerProcess) -> None:
+    """Process 1 paused (SIGSTOP): one Fetch naming a partition of each process, both
+    with records, through a connection process 0 serves, is answered by the deadline of
+    its read of process 1 (max_wait_ms within 5 to 10 s, plus the time to carry 1 MB), not
+    after the abandon time (twice request.timeout.ms, 60 s): process 0's partition with
+    its records, process 1's NOT_LEADER_OR_FOLLOWER (which clients retry quietly); the
+    connection stays open. A ListOffsets naming both is answered alike (5 s). Resumed,
+    process 1 serves again."""
+    broker = two_process_broker
+    topic = "fetch-paused"
+    worker, mine, theirs = topic_over_both_processes(broker, topic, 4)
+    client = connection_on_process_0(broker, worker, topic, mine[0])  # (writes probes)
+    client.sock.settimeout(60)  # (answers come by the 5 s deadline; on a loaded host later)
+    answer = client.produce(topic, mine[0], record_batch([(None, b"mine")]))
+    assert answer.error_code == 0, answer
+    at = answer.base_offset
+    answer = client.produce(topic, theirs[0], record_batch([(None, b"theirs")]))
+    assert answer.error_code == 0, answer
+    held = broker.hold_worker(worker)
+    keeper: KeepStopped | None = None
+    try:
+        assert held.send_signal(signal.SIGSTOP)
+        keeper = KeepStopped(held, "process 1")
+        assert keeper.watching.wait(5), "process 1 did not stop"
+        for max_wait_ms in (0, 6_000):
+            started = time.monotonic()
+            got = fetch_partitions(client, topic, {mine[0]: at, theirs[0]: 0}, max_wait_ms)
+            took = time.monotonic() - started
+            assert got[mine[0]].error_code == 0, got
+            assert values_of(got[mine[0]]) == [b"mine"], got
+            assert got[theirs[0]].error_code == NOT_LEADER, got
+            assert values_of(got[theirs[0]]) == []
+            # the deadline (5 s at least), well before the abandon (60 s): a loaded host's
+            # slack above it
+            assert max(5, max_wait_ms / 1000) <= took < 20, (max_wait_ms, took)
+        started = time.monotonic()
+        offsets = latest_offsets(client, topic, [mine[0], theirs[0]])
+        assert 5 <= time.monotonic() - started < 20
+        assert (offsets[mine[0]].error_code, offsets[mine[0]].offset) == (0, at + 1), offsets
+        assert offsets[theirs[0]].error_code == NOT_LEADER, offsets
+        assert keeper.continued == 0, "process 1 ran meanwhile"
+        # the same connection serves on
+        answer = client.produce(topic, mine[0], record_batch([(None, b"more")]))
+        assert answer.error_code == 0, answer
+        assert values_of(client.fetch(topic, mine[0], at + 1)) == [b"more"]
+        assert "answered by the call's deadline" in broker.log()
+        keeper.end()
+        keeper = None
+        assert held.send_signal(signal.SIGCONT)
+        got = wait_for(lambda: (lambda g: g if all(r.error_code == 0 for r in g.values())
+                                else None)(fetch_partitions(client, topic,
+                                                            {mine[0]: at, theirs[0]: 0}, 0)),
+                       what="both partitions served after the resume", timeout=30)
+        assert values_of(got[mine[0]]) == [b"mine", b"more"], got
+        assert values_of(got[theirs[0]]) == [b"theirs"], got
+    finally:
+        if keeper is not None:
+            keeper.end()
+        held.send_signal(signal.SIGCONT)
+        held.close()
+        client.close()
+
+
+def ballast_on_process_1(broker: BrokerProcess, worker: int, topic: str,
+                         count: int) -> list[RawClient]:
+    """``count`` idle connections process 1 holds, and none of the test's on process 0:
+    handoff gives a new connection to the process with the fewest, so the next ``count``
+    (a confluent client's bootstrap and broker connections) land on process 0. Those
+    that landed on process 0 are closed once process 1 holds ``count``; at most 4 * count
+    opened."""
+    assert broker.proc is not None
+    ballast: list[RawClient] = []
+    others: list[RawClient] = []
+    try:
+        for _ in range(4 * count):
+            if len(ballast) == count:
+                break
+            client = RawClient(broker.port)
+            latest_offsets(client, topic, [0])  # (answered: placed)
+            if connections_of(worker, established_inodes(broker.port)) > len(ballast):
+                ballast.append(client)
+            else:
+                others.append(client)
+        assert len(ballast) == count, f"{count} connections did not land on process 1"
+    except BaseException:
+        for client in ballast:
+            client.close()
+        raise
+    finally:
+        for client in others:
+            client.close()
+    assert broker.proc is not None
+    pid = broker.proc.pid
+    wait_for(lambda: connections_of(pid, established_inodes(broker.port)) == 0,
+             what="process 0's connections closed", timeout=10)
+    return ballast
+
+
+def consumer_on_process_0(broker: BrokerProcess, worker: int, topic: str,
+                          partitions: list[int]) -> Any:
+    """A confluent consumer assigned ``partitions`` from their start, once it read a
+    record of each; its connections are checked (from /proc) to be all process 0's."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}",
+                         "enable.auto.commit": False, "enable.partition.eof": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        read = 0
+        deadline = time.monotonic() + 20
+        while read < len(partitions) and time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.5):
+                assert msg.error() is None, msg.error()
+                read += 1
+        assert read >= len(partitions), read
+        # (the ballast only: every connection of the consumer is process 0's)
+        assert connections_of(worker, established_inodes(broker.port)) == 3
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
+def test_a_consumer_keeps_reading_process_0s_partition_while_process_1_is_paused(
+        two_process_broker: BrokerProcess) -> None:
+    """A real consumer (librdkafka) assigned a partition of each process: with process 1
+    paused it goes on reading what is written to process 0's partition (its fetches get
+    NOT_LEADER_OR_FOLLOWER for the other, which it retries quietly), and the application
+    sees no error; resumed, process 1's partition is read again."""
+    broker = two_process_broker
+    topic = "consume-paused"
+    worker, mine, theirs = topic_over_both_processes(broker, topic, 4)
+    produce_all(broker.bootstrap, topic, {mine[0]: [b"m-first"], theirs[0]: [b"t-first"]})
+    ballast = ballast_on_process_1(broker, worker, topic, 3)
+    writer = consumer = None
+    try:
+        writer = RawClient(broker.port)  # (process 0's: it has fewer)
+        assert latest_offsets(writer, topic, [mine[0]])[mine[0]].error_code == 0
+        assert connections_of(worker, established_inodes(broker.port)) == 3
+        consumer = consumer_on_process_0(broker, worker, topic, [mine[0], theirs[0]])
+        paused_consumer_reads(broker, worker, topic, consumer, writer, mine, theirs)
+    finally:
+        for client in ballast:
+            client.close()
+        if writer is not None:
+            writer.close()
+        if consumer is not None:
+            consumer.close()
+
+
+def paused_consumer_reads(broker: BrokerProcess, worker: int, topic: str, consumer: Any,
+                          writer: RawClient, mine: list[int], theirs: list[int]) -> None:
+    held = broker.hold_worker(worker)
+    keeper: KeepStopped | None = None
+    try:
+        assert held.send_signal(signal.SIGSTOP)
+        keeper = KeepStopped(held, "process 1")
+        assert keeper.watching.wait(5), "process 1 did not stop"
+        sent = [b"m-%d" % i for i in range(20)]
+        for value in sent:
+            answer = writer.produce(topic, mine[0], record_batch([(None, value)]))
+            assert answer.error_code == 0, answer
+        got: list[bytes] = []
+        errors: list[str] = []
+        deadline = time.monotonic() + 60  # (a fetch naming both waits ~5 s)
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.5):
+                if msg.error() is not None:
+                    errors.append(str(msg.error()))
+                else:
+                    got.append(msg.value())
+        assert not errors, errors
+        assert got == sent, got
+        assert keeper.continued == 0, "process 1 ran meanwhile"
+        keeper.end()
+        keeper = None
+        assert held.send_signal(signal.SIGCONT)
+        produce_all(broker.bootstrap, topic, {theirs[0]: [b"t-after"]})
+        after: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while not after and time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.5):
+                assert msg.error() is None, msg.error()
+                after.append(msg.value())
+        assert after == [b"t-after"], after
+    finally:
+        if keeper is not None:
+            keeper.end()
+        held.send_signal(signal.SIGCONT)
+        held.close()
 
 
 def test_sigterm_leaves_the_marker_and_every_shards_checkpoint(

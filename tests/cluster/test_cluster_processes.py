@@ -15,6 +15,7 @@ connections, too). Every acknowledged record is read back exactly once, in order
 
 from __future__ import annotations
 
+import signal
 import time
 from contextlib import ExitStack
 from typing import Any
@@ -23,10 +24,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from actors.topology import spread_index
+from tests.broker.rawclient import record_batch
+from tests.broker.test_processes import connection_on_process_0
 from tests.cluster.test_replication import FAST, TOPIC, KeyedProducer, create_topic, same_logs
 from tests.cluster.test_transactions_cluster import CONFIG as TXN_CONFIG
 from tests.cluster.test_transactions_cluster import commit_abort_commit
 from tests.fixtures.cluster import Cluster, wait_for
+from tests.fixtures.pids import KeepStopped
 from tests.fixtures.replication import values_of
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
@@ -96,11 +100,13 @@ def check_everything_acknowledged_is_there(cluster: Cluster, producer: KeyedProd
     assert consumed == logs
 
 
-def make_cluster(cluster_factory: Any,
-                 placement: str = "spread") -> tuple[Cluster, dict[int, int]]:
+def make_cluster(cluster_factory: Any, placement: str = "spread",
+                 config: dict[str, Any] | None = None) -> tuple[Cluster, dict[int, int]]:
     """num.processes.shard.placement = spread: every process of every node leads some
-    partitions and follows others; first: process 0 of each node all of them."""
-    cluster = cluster_factory(config={**CONFIG, "num.processes.shard.placement": placement})
+    partitions and follows others; first: process 0 of each node all of them. ``config``:
+    more settings, over CONFIG's."""
+    cluster = cluster_factory(config={**CONFIG, "num.processes.shard.placement": placement,
+                                      **(config or {})})
     leaders = create_topic(cluster, partitions=PARTITIONS)
     if placement == "spread":
         spread = roles(leaders, list(cluster.nodes))
@@ -193,6 +199,53 @@ def test_process_1_of_a_node_killed_is_restarted_and_rejoins_every_isr(
     # every replica, node 2's included (process 1's shards as leaders and as followers),
     # holds every acknowledged record
     check_everything_acknowledged_is_there(cluster, producer, cluster.nodes[3].bootstrap)
+
+
+def test_a_leader_whose_process_1_is_paused_keeps_replicating_its_process_0s_partitions(
+        cluster_factory: Any) -> None:
+    """Process 1 of broker 1 paused (SIGSTOP): the followers' replica fetches to broker 1
+    name partitions of both its processes. Each ReplicaRead of process 1's shard is
+    answered NOT_LEADER_OR_FOLLOWER by its deadline (the fetcher backs it off), so process
+    0's partitions go on replicating: acks=all produces to one of them are acknowledged
+    for longer than replica.lag.time.max.ms, its ISR whole. (Before, the whole replica
+    fetch went unanswered, the followers fell out of that ISR too and min.insync.replicas
+    refused the produces.) The read deadline is 5 s at least, so a replica fetch naming
+    process 1's partitions takes that long: replica.lag.time.max.ms is 16 s here (a
+    follower is caught up within two such fetches), replica.socket.timeout.ms 30 s (their
+    defaults are 30 s both), and a produce is acknowledged within two fetches."""
+    lag_ms = 16_000
+    cluster, leaders = make_cluster(cluster_factory, config={
+        "replica.lag.time.max.ms": lag_ms, "replica.socket.timeout.ms": 30_000})
+    lead = cluster.nodes[1]
+    mine = [p for p, n in leaders.items() if n == 1 and process_of(p) == 0]
+    theirs = [p for p, n in leaders.items() if n == 1 and process_of(p) == 1]
+    assert mine and theirs, leaders
+    [worker] = lead.worker_pids()
+    client = connection_on_process_0(lead.process, worker, TOPIC, mine[0])
+    client.sock.settimeout(60)  # (an acks=all answer takes up to two ~5 s replica fetches)
+    held = lead.process.hold_worker(worker)
+    keeper: KeepStopped | None = None
+    try:
+        assert held.send_signal(signal.SIGSTOP)
+        keeper = KeepStopped(held, "process 1 of broker 1")
+        assert keeper.watching.wait(5), "process 1 did not stop"
+        codes = []
+        # past the lag time and an ISR check after it (every lag / 2)
+        until = time.monotonic() + 1.5 * lag_ms / 1000
+        while time.monotonic() < until and len(codes) < 200:
+            answer = client.produce(TOPIC, mine[0], record_batch([(None, b"7")]), acks=-1,
+                                    timeout_ms=30_000)
+            codes.append(answer.error_code)
+        assert set(codes) == {0}, codes
+        isr = cluster.nodes[2].metadata([TOPIC]).partitions[(TOPIC, mine[0])].isr
+        assert len(isr) == 3, isr
+        assert keeper.continued == 0, "process 1 ran meanwhile"
+    finally:
+        if keeper is not None:
+            keeper.end()
+        held.send_signal(signal.SIGCONT)
+        held.close()
+        client.close()
 
 
 def test_sigterm_of_a_node_moves_its_leaderships_then_stops_every_process_cleanly(

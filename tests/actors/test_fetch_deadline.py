@@ -1,0 +1,294 @@
+"""A Fetch's handler answers by its calls' deadlines when a shard's or a purgatory's
+process does not answer (num.processes > 1: paused, or restarted and not ready yet):
+a Read of another process unanswered by read_deadline_ms (and the time to carry its
+bytes) is taken as NOT_LEADER_OR_FOLLOWER for its partitions, and a WatchFetch to
+another process unanswered past max_wait_ms (plus a grace) as the purgatory's own
+expiry (the fetch reads again and answers), the connection left open. A call to the
+handler's own process has no deadline: a one-process broker's fetch is as it always was.
+
+Two real nodes stand for processes 0 and 1 of one broker, joined by direct links as in a
+broker: process 0 runs a real RequestHandler, process 1 stand-ins for the shard and the
+purgatory of a process that does not answer (tests/broker/test_processes.py checks a
+Read of a paused process with real processes; a process stopping between a fetch's
+Read and its WatchFetch cannot be timed there, hence the stand-in purgatory here).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.parser import KafkaProtocol
+
+from actors.apis import list_offsets, replica_fetch
+from actors.apis.base import HandlerContext
+from actors.apis.fetch import (
+    CARRY_BYTES_PER_MS,
+    READ_DEADLINE_CAP_MS,
+    READ_DEADLINE_FLOOR_MS,
+    WATCH_DEADLINE_GRACE_MS,
+    _read_calls,
+    carry_ms,
+    read_deadline_ms,
+    watch_call,
+)
+from actors.apis.list_offsets import LIST_OFFSETS_DEADLINE_MS
+from actors.core.topic_store import TopicEntry
+from actors.request_handler import RequestHandler
+from actors.runtime.actor import Actor, handles
+from actors.runtime.clock import ManualClock
+from actors.runtime.config import Config
+from actors.runtime.node import Directory, Node, NodeEndpoint
+from actors.topology import Topology
+from tests.actors.test_request_handler_deadline import Sink
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import (
+    GetStats,
+    KafkaRequest,
+    ListOffsetsRow,
+    Read,
+    ReadDone,
+    ReadDoneRow,
+    ReadRow,
+    WatchFetch,
+)
+from wire.replication_messages import ReplicaFetch, ReplicaFetchRow, ReplicaReadRow
+
+NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER
+REQUEST_TIMEOUT_MS = 600  # the broker's request.timeout.ms here: abandon after 1.2 s
+MAIN, P1 = "node-1", "node-1-p1"
+PARTITIONS = 4
+
+
+def _topology(node: str) -> Topology:
+    """A broker of two processes: shard i and purgatory i in process i % 2."""
+    return Topology(node, 1, 1, 2, 2, 1, home=MAIN, process_nodes=(MAIN, P1))
+
+
+def _partition_of(topo: Topology, node: str) -> int:
+    """A partition of t whose shard and purgatory run in ``node``'s process."""
+    return next(p for p in range(PARTITIONS)
+                if topo.shard_for("t", p).node == node == topo.purgatory_for("t", p).node)
+
+
+class Shard(Actor):
+    """Stands for a shard: answers every Read with no records (nothing past the offset),
+    or, ``held``, keeps every Read (its process does not answer)."""
+
+    def __init__(self, node: Any, name: str, *, held: bool = False, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.held = held
+
+    def setup(self) -> None:
+        self.reads = 0
+
+    @handles(Read)
+    def on_read(self, msg: Read) -> None:
+        self.reads += 1
+        if not self.held:
+            self.reply(ReadDone(msg.req_id, [ReadDoneRow(r.topic, r.partition, 0, 0, 0, b"",
+                                                         0, 0, 0) for r in msg.rows]))
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return self.reads
+
+
+class HeldPurgatory(Actor):
+    """Stands for a purgatory whose process does not answer: keeps every WatchFetch."""
+
+    def setup(self) -> None:
+        self.watches = 0
+
+    @handles(WatchFetch)
+    def on_watch(self, _msg: WatchFetch) -> None:
+        self.watches += 1
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return self.watches
+
+
+def _fetch_frame(partition: int, max_wait_ms: int) -> bytes:
+    """A Fetch v11 of t-``partition`` from offset 0, min_bytes 1, as the Processor hands
+    it on."""
+    cls = FetchRequest[11]
+    request = cls(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
+                  isolation_level=0, session_id=0, session_epoch=-1,
+                  topics=[("t", [(partition, -1, 0, -1, 1 << 20)])],
+                  forgotten_topics_data=[], rack_id="")
+    protocol = KafkaProtocol(client_id="t")
+    protocol.send_request(request)
+    return bytes(protocol.send_bytes())[4:]
+
+
+def _partition(frame: bytes) -> Any:
+    """The one partition response of a Fetch v11 response frame (after its size and the
+    correlation id)."""
+    response = FetchResponse[11].decode(io.BytesIO(frame[8:]))
+    return response.responses[0].partitions[0]
+
+
+class Handler:
+    """Process 0: a real RequestHandler (its gateway in the handler's loop, a Sink as its
+    Processor); process 1: stand-ins for its shard and purgatory, of which ``partition``
+    (a partition of t) is."""
+
+    def __init__(self, tmp_path: Path, held_shard: bool) -> None:
+        ipc = str(tmp_path / "ipc")
+        directory = Directory({MAIN: NodeEndpoint("127.0.0.1", 0, ipc),
+                               P1: NodeEndpoint("127.0.0.1", 0, ipc)})
+        self.nodes: list[Node] = []
+        self.node = Node(MAIN, directory=directory, direct_peers=directory.nodes)
+        self.nodes.append(self.node)
+        self.node.start(gateway=False)
+        topo = _topology(MAIN)
+        self.partition = _partition_of(topo, P1)
+        ctx = HandlerContext(topo, Config({"request.timeout.ms": REQUEST_TIMEOUT_MS}), 1,
+                             "127.0.0.1", 9092, "cluster", 0, {"t": TopicEntry(PARTITIONS, {})},
+                             clock=self.node.clock)
+        self.processor = self.node.spawn(Sink, "processor-0")
+        self.handler = self.node.spawn(RequestHandler, "handler-0", context=ctx)
+        self.node.start_gateway(host="handler-0")
+        self.p1 = Node(P1, directory=directory, direct_peers=directory.nodes)
+        self.nodes.append(self.p1)
+        self.p1.start(gateway=False)
+        p1_topo = _topology(P1)
+        shard = p1_topo.shard_for("t", self.partition)
+        self.shard = self.p1.spawn(Shard, shard.name, held=held_shard)
+        self.purgatory = self.p1.spawn(HeldPurgatory,
+                                       p1_topo.purgatory_for("t", self.partition).name)
+        self.p1.start_gateway(host=shard.name)
+
+    def fetch(self, conn: int, max_wait_ms: int) -> int:
+        sent = time.monotonic_ns()
+        self.node.tell(self.handler, KafkaRequest(conn, 0, "processor-0", 1, 11, conn,
+                                                  _fetch_frame(self.partition, max_wait_ms),
+                                                  sent))
+        return sent
+
+    def answered(self, conn: int) -> list[Any]:
+        got: list[Any] = wait_for(
+            lambda: self.node.ask(self.processor, GetStats()).get(str(conn)),
+            f"the answer on connection {conn}", timeout=30)
+        return got
+
+    def close(self) -> None:
+        for node in reversed(self.nodes):
+            node.shutdown(timeout=5)
+
+
+@pytest.fixture
+def handler(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Handler]:
+    h = Handler(tmp_path, held_shard=getattr(request, "param", False))
+    yield h
+    h.close()
+
+
+def test_a_watch_its_purgatory_does_not_answer_ends_at_max_wait_and_reads_again(
+        handler: Handler) -> None:
+    sent = handler.fetch(1, 300)
+    respond, close, frame, at = handler.answered(1)
+    assert (respond, close) == (True, False), "the connection must stay open"
+    row = _partition(frame)
+    assert row.error_code == 0, row  # no error: read again, nothing there yet
+    waited_ms = (at - sent) / 1e6
+    # by the watch's deadline (max_wait_ms + the 1 s grace), not at the abandon time (1.2 s
+    # here, which a call with a deadline does not have); 3 s of a loaded host's slack
+    assert 300 + 1_000 <= waited_ms < 300 + 1_000 + 3_000, waited_ms
+    assert handler.p1.ask(handler.shard, GetStats()) == 2, "read again after the watch"
+    assert handler.p1.ask(handler.purgatory, GetStats()) == 1
+    assert handler.node.metrics.get("internal_calls_timed_out") == 1
+    assert handler.node.metrics.get("requests_abandoned") == 0
+
+
+@pytest.mark.parametrize("handler", [True], indirect=True)  # (a shard that keeps its Reads)
+def test_a_read_its_shard_does_not_answer_is_not_leader_or_follower_by_its_deadline(
+        handler: Handler) -> None:
+    sent = handler.fetch(2, 0)
+    respond, close, frame, at = handler.answered(2)
+    assert (respond, close) == (True, False), "the connection must stay open"
+    row = _partition(frame)
+    assert row.error_code == NOT_LEADER, row
+    waited_ms = (at - sent) / 1e6
+    # the floor (max_wait_ms 0) and the time to carry 1 MB, not the abandon time (1.2 s)
+    deadline = 5_000 + (1 << 20) // CARRY_BYTES_PER_MS
+    assert deadline <= waited_ms < deadline + 3000, waited_ms
+    assert handler.p1.ask(handler.purgatory, GetStats()) == 0
+    assert handler.node.metrics.get("internal_calls_timed_out") == 1
+    assert handler.node.metrics.get("requests_abandoned") == 0
+
+
+def test_the_read_deadline_is_max_wait_ms_within_its_floor_and_cap() -> None:
+    floor, cap = READ_DEADLINE_FLOOR_MS, READ_DEADLINE_CAP_MS
+    assert (floor, cap) == (5_000, 10_000)  # never reached by a live process, however busy
+    assert read_deadline_ms(0) == floor
+    assert read_deadline_ms(-1) == floor
+    assert read_deadline_ms(floor + 300) == floor + 300
+    assert read_deadline_ms(2**31 - 1) == cap
+    assert WATCH_DEADLINE_GRACE_MS == 1_000
+    assert LIST_OFFSETS_DEADLINE_MS == 5_000
+
+
+def test_a_read_of_another_process_is_given_the_time_to_carry_its_bytes() -> None:
+    """The most a Read may bring (its partitions' partition_max_bytes, within the fetch's
+    max_bytes) at CARRY_BYTES_PER_MS."""
+    rows = [ReadRow("t", p, 0, 1 << 20) for p in range(4)]
+    assert carry_ms(rows, 50 << 20) == (4 << 20) // CARRY_BYTES_PER_MS  # 419 ms
+    assert carry_ms(rows, 1 << 20) == (1 << 20) // CARRY_BYTES_PER_MS
+    huge = [ReadRow("t", 0, 0, 2**31 - 1)]
+    assert carry_ms(huge, 57_671_680) == 57_671_680 // CARRY_BYTES_PER_MS  # 5.8 s at most
+
+
+def _context(topo: Topology) -> HandlerContext:
+    return HandlerContext(topo, Config(), 1, "127.0.0.1", 9092, "cluster", 0,
+                          {"t": TopicEntry(PARTITIONS, {})}, clock=ManualClock())
+
+
+def _calls(ctx: HandlerContext, partition: int) -> dict[str, Any]:
+    """The calls a Fetch, a replica fetch and a ListOffsets of t-``partition`` make (the
+    Read, the WatchFetch, the ReplicaRead, the ListOffsets), as their handlers build them."""
+    [read] = _read_calls(ctx, -1, 1 << 20, [ReadRow("t", partition, 0, 1 << 20)], 0,
+                         read_deadline_ms(500))
+    watch = watch_call(ctx, ctx.topology.purgatory_for("t", partition),
+                       lambda rid: WatchFetch(rid, 1, 500, False, []), 500)
+    [replica_read] = replica_fetch._calls(
+        ctx, ReplicaFetch(1, 2, 500, 1, 10 << 20, [ReplicaFetchRow("t", partition, 0, 0, -1,
+                                                                   1 << 20)]),
+        [ReplicaReadRow("t", partition, 0, 0, -1, 1 << 20)])
+    offsets = list_offsets._call(ctx, ctx.topology.shard_for("t", partition), 0,
+                                 [ListOffsetsRow("t", partition, -1)])
+    return {"read": read, "watch": watch, "replica_read": replica_read, "offsets": offsets}
+
+
+def test_a_fetch_of_a_one_process_broker_gives_its_calls_no_deadline() -> None:
+    """One process: every shard and purgatory is the handler's own; nothing gets a
+    deadline, the fetch path is as it was before deadlines (a loaded host can then never
+    make one fire)."""
+    ctx = _context(Topology(MAIN, 1, 1, 2, 2, 1))
+    for p in range(PARTITIONS):
+        for what, call in _calls(ctx, p).items():
+            assert call.on_timeout is None, (p, what, call)
+            assert call.deadline_ms == 0, (p, what, call)
+
+
+def test_only_the_calls_to_another_process_have_a_deadline() -> None:
+    """Two processes: the calls for a partition of the handler's own process have no
+    deadline; those for one of the other process have the floors (5 s, plus the time to
+    carry 1 MB for a read; max_wait_ms + 1 s for a watch; 5 s for a ListOffsets)."""
+    topo = _topology(MAIN)
+    ctx = _context(topo)
+    for what, call in _calls(ctx, _partition_of(topo, MAIN)).items():
+        assert call.on_timeout is None, (what, call)
+        assert call.deadline_ms == 0, (what, call)
+    calls = _calls(ctx, _partition_of(topo, P1))
+    assert all(call.on_timeout is not None for call in calls.values()), calls
+    carry = (1 << 20) // CARRY_BYTES_PER_MS
+    assert {what: call.deadline_ms for what, call in calls.items()} == {
+        "read": 5_000 + carry, "watch": 500 + 1_000, "replica_read": 5_000 + carry,
+        "offsets": 5_000}

@@ -94,10 +94,11 @@ CARRY_BYTES_PER_MS = 10_000
 WATCH_DEADLINE_GRACE_MS = 1_000
 
 
-@functools.lru_cache(maxsize=64)  # a few max_wait_ms values: no Python call a fetch
 def read_deadline_ms(max_wait_ms: int) -> int:
-    """The deadline of a fetch's Reads of another process: max_wait_ms within [floor, cap]
-    (see above), before the time to carry their bytes."""
+    """The deadline of a fetch's first Reads of another process: max_wait_ms within [floor,
+    cap] (see above), before the time to carry their bytes. The Reads after a wait in the
+    purgatory get the floor alone: the client has waited max_wait_ms already, and another
+    max_wait_ms could take the whole past its request timeout."""
     return min(max(max_wait_ms, READ_DEADLINE_FLOOR_MS), READ_DEADLINE_CAP_MS)
 
 
@@ -308,7 +309,7 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                                                      replica_id >= 0, watch_rows),
                               req.max_wait_ms)]
             replies = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation,
-                                        deadline_ms)
+                                        READ_DEADLINE_FLOOR_MS)
             read = _by_partition(replies)
 
     # max_bytes bounds the whole response (KIP-74): partitions take whole

@@ -5,8 +5,8 @@ Each ListOffsets to a shard of another process of this broker has a deadline
 does not answer (num.processes > 1: paused, or restarted and not ready yet) has its
 partitions answered NOT_LEADER_OR_FOLLOWER, which clients retry after a metadata refresh
 (the Java consumer's OffsetFetcherUtils, librdkafka, kafka-python), while the other
-partitions are answered; before, the request waited for the handler's abandon (twice
-request.timeout.ms) and its connection was closed.
+partitions are answered, instead of the whole request waiting for that process until the
+handler's abandon (twice request.timeout.ms) closes its connection.
 """
 
 from __future__ import annotations

@@ -30,7 +30,13 @@ from actors.apis.base import (
     group_by_shard,
     in_another_process,
 )
-from actors.apis.fetch import NOT_LEADER, carry_ms, read_deadline_ms, watch_call
+from actors.apis.fetch import (
+    NOT_LEADER,
+    READ_DEADLINE_FLOOR_MS,
+    carry_ms,
+    read_deadline_ms,
+    watch_call,
+)
 from wire.broker_messages import WatchFetch, WatchFetchRow
 from wire.errors import ErrorCode
 from wire.replication_messages import (
@@ -58,10 +64,10 @@ def _timed_out(req_id: int, rows: list[ReplicaReadRow]) -> ReplicaReadDone:
                                     for r in rows])
 
 
-def _calls(ctx: HandlerContext, msg: ReplicaFetch, rows: list[ReplicaReadRow]) -> list[Call]:
+def _calls(ctx: HandlerContext, msg: ReplicaFetch, rows: list[ReplicaReadRow],
+           deadline_ms: int) -> list[Call]:
     """One ReplicaRead per shard; one of another process with a deadline, as a consumer's
-    Read of another process (read_deadline_ms and carry_ms), one of this process none."""
-    deadline_ms = read_deadline_ms(msg.max_wait_ms)
+    Read of another process (``deadline_ms`` and carry_ms), one of this process none."""
     calls = []
     for shard, shard_rows in group_by_shard(ctx, rows).items():
         make = _read(msg.replica_id, msg.max_bytes, shard_rows)
@@ -83,7 +89,8 @@ def handle_replica_fetch(ctx: HandlerContext, msg: ReplicaFetch) -> ApiGen:
             for r in msg.rows]
     read: dict[tuple[str, int], ReplicaReadDoneRow] = {}
     if rows:
-        replies: list[ReplicaReadDone] = yield _calls(ctx, msg, rows)
+        replies: list[ReplicaReadDone] = yield _calls(ctx, msg, rows,
+                                                      read_deadline_ms(msg.max_wait_ms))
         read = _collect(replies)
         total = sum(len(r.records) for r in read.values())
         settled = any(r.error_code != NONE or r.diverging_end_offset >= 0
@@ -98,7 +105,8 @@ def handle_replica_fetch(ctx: HandlerContext, msg: ReplicaFetch) -> ApiGen:
             yield [watch_call(ctx, purgatory,
                               lambda rid: WatchFetch(rid, min_bytes, msg.max_wait_ms, True, watch),
                               msg.max_wait_ms)]
-            replies = yield _calls(ctx, msg, rows)
+            # (after the wait: the floor alone, as a consumer's fetch)
+            replies = yield _calls(ctx, msg, rows, READ_DEADLINE_FLOOR_MS)
             read = _collect(replies)
     out = []
     for r in msg.rows:

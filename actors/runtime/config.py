@@ -223,10 +223,10 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                       "(a Produce is answered REQUEST_TIMED_OUT by its own "
                                       "deadline: timeout_ms, and for acks 0 and 1 at least "
                                       "this, acks=0 closing its connection then; a "
-                                      "Fetch's or ListOffsets' partitions "
-                                      "NOT_LEADER_OR_FOLLOWER by its read's deadline, "
-                                      "5 to 10 s and the time to carry its bytes, "
-                                      "for a shard of another process)"),
+                                      "Fetch's partitions NOT_LEADER_OR_FOLLOWER by its "
+                                      "read's deadline, 5 to 10 s and the time to carry "
+                                      "its bytes, a ListOffsets' by 5 s, for a shard of "
+                                      "another process; fixed, not scaled by this)"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),

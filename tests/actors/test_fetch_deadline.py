@@ -208,15 +208,18 @@ def test_a_watch_its_purgatory_does_not_answer_ends_at_max_wait_and_reads_again(
 
 
 @pytest.mark.parametrize("handler", [True], indirect=True)  # (a shard that keeps its Reads)
+@pytest.mark.parametrize("max_wait_ms", [0, 300])
 def test_a_read_its_shard_does_not_answer_is_not_leader_or_follower_by_its_deadline(
-        handler: Handler) -> None:
-    sent = handler.fetch(2, 0)
+        handler: Handler, max_wait_ms: int) -> None:
+    """With a max_wait_ms too: a partition in error is answered at once (Kafka's
+    fetchMessages), so a timed-out Read sends the fetch to no purgatory."""
+    sent = handler.fetch(2, max_wait_ms)
     respond, close, frame, at = handler.answered(2)
     assert (respond, close) == (True, False), "the connection must stay open"
     row = _partition(frame)
     assert row.error_code == NOT_LEADER, row
     waited_ms = (at - sent) / 1e6
-    # the floor (max_wait_ms 0) and the time to carry 1 MB, not the abandon time (1.2 s)
+    # the floor (max_wait_ms under it) and the time to carry 1 MB, not the abandon time
     deadline = 5_000 + (1 << 20) // CARRY_BYTES_PER_MS
     assert deadline <= waited_ms < deadline + 3000, waited_ms
     assert handler.p1.ask(handler.purgatory, GetStats()) == 0
@@ -260,7 +263,7 @@ def _calls(ctx: HandlerContext, partition: int) -> dict[str, Any]:
     [replica_read] = replica_fetch._calls(
         ctx, ReplicaFetch(1, 2, 500, 1, 10 << 20, [ReplicaFetchRow("t", partition, 0, 0, -1,
                                                                    1 << 20)]),
-        [ReplicaReadRow("t", partition, 0, 0, -1, 1 << 20)])
+        [ReplicaReadRow("t", partition, 0, 0, -1, 1 << 20)], read_deadline_ms(500))
     offsets = list_offsets._call(ctx, ctx.topology.shard_for("t", partition), 0,
                                  [ListOffsetsRow("t", partition, -1)])
     return {"read": read, "watch": watch, "replica_read": replica_read, "offsets": offsets}

@@ -324,7 +324,9 @@ class ProcessSupervisor:
         more (the new process takes it from its spec); SupervisorGaveUp past RESTARTS_MAX
         within RESTART_WINDOW_S. A restart while other processes still start (the broker's
         start, num.processes >= 3) spawned them with the generation before: their handlers
-        learn the new one from ProcessStarted, or from the new process's first refusal."""
+        learn the new one from ProcessStarted (they run before their process's gateway
+        binds, so one sent while it starts waits in the link and finds them), or from the
+        new process's first refusal."""
         now = time.monotonic()
         window = [t for t in self.restarts[index] if now - t < RESTART_WINDOW_S]
         if len(window) >= RESTARTS_MAX:
@@ -664,12 +666,15 @@ def run_process(spec: dict[str, Any]) -> int:
                    **place(i))
     if mirrored:  # before the gateway binds: relays sent meanwhile find it
         node.spawn(SecurityView, topo.security_view.name, mirror=mirror, **place(0))
-    # single: the gateway runs in the worker loop too (frames from the other processes
-    # reach its actors in memory, in the same turn)
-    node.start(gateway_host=loop if single else None, gateway=bool(here) or not single)
     advertised: dict[str, tuple[str, int]] = {}  # as process 0's (its bound ports)
     for adv_name, adv_host, adv_port in spec.get("advertised") or ():
         advertised.setdefault(str(adv_name), (str(adv_host), int(adv_port)))
+    # The handlers too run before the gateway binds: what the other processes sent them
+    # meanwhile, waiting in their links, finds them. A restarted process's ProcessStarted
+    # (on a single node it tells every other process's handlers itself) reached a process
+    # still starting as its gateway bound and, its handlers not spawned yet, was lost: they
+    # stamped their Appends to it with the generation before, and the first one of each
+    # was refused, the client answered NOT_LEADER_OR_FOLLOWER.
     for i in range(topo.num_handlers):
         # In a cluster the handlers' metadata comes from process 0's ReplicaManager, which
         # forwards every UpdateMetadata to the handlers of each process (ProcessStarted
@@ -691,8 +696,9 @@ def run_process(spec: dict[str, Any]) -> int:
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **placement,
                    scheduling=str(cfg["actor.threads.scheduling"])
                    if shared and "host" not in placement else None)
-    if single and not here:  # the worker loop runs now
-        node.start_gateway(loop)
+    # single: the gateway runs in the worker loop too (frames from the other processes
+    # reach its actors in memory, in the same turn); with no shard here handler-0 runs it
+    node.start(gateway_host=loop if single else None)
     if cluster:
         # Before it takes connections: its handlers get the metadata process 0's ReplicaManager
         # holds (the answer comes after it, on the same link), and after a restart its shards

@@ -158,16 +158,53 @@ def test_a_killed_process_is_restarted_and_the_data_stays(
     assert re.search(r"^\S+ \S+ [A-Z]+ +\[\S+-p1/shard-\d+\] ", broker.log(), re.M), broker.log()
 
 
-def test_a_process_killed_while_the_broker_starts_is_restarted(tmp_path: Path) -> None:
-    """Process 0 serves connections while process 1 starts (its Acceptors run first). Process
-    1 killed then (held before its ready line by the test hook) is restarted as one that
-    dies later is, and the broker starts and serves the partitions of both processes. Its
-    start used to stop at once: "broker process 1 did not start (exit code -9)"."""
+def children_by_index(main: int) -> dict[int, int]:
+    """Process 0's children that are processes 1.. of the broker: their index -> pid (from
+    their command lines in /proc)."""
+    from actors.processes import process_index_of
+
+    found: dict[int, int] = {}
+    for task in os.listdir(f"/proc/{main}/task"):
+        try:
+            pids = Path(f"/proc/{main}/task/{task}/children").read_text().split()
+        except OSError:
+            continue
+        for pid in map(int, pids):
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            index = process_index_of(args)
+            if index is not None:
+                found[index] = pid
+    return found
+
+
+# (processes, the one killed, when): "held" once every process 1.. holds before its ready
+# line; "spawned" as it begins, while the other one is held stopped before its gateway
+# listens (the restarted one tells its handlers of the restart meanwhile)
+@pytest.mark.parametrize(("processes", "killed", "when"),
+                         [(2, 1, "held"), (3, 1, "held"), (3, 2, "held"), (3, 1, "spawned")])
+def test_a_process_killed_while_the_broker_starts_is_restarted(
+        processes: int, killed: int, when: str, tmp_path: Path) -> None:
+    """Process 0 serves connections while processes 1.. start (its Acceptors run first).
+    Process ``killed`` killed then (every process held before its ready line by the test
+    hook) is restarted as one that dies later is, and the broker starts and serves the
+    partitions of every process. Its start used to stop at once: "broker process 1 did not
+    start (exit code -9)". With three processes the other one was spawned with the killed
+    one's generation before the restart (0): its handlers learn the new one from the
+    restarted process's ProcessStarted, or from its first refusal of an Append stamped 0.
+    Connections on every process (the handoff spreads them; checked from /proc) produce to
+    every partition, and each acknowledged record is read back."""
     from actors.processes import TEST_HOLD_READY_ENV
 
     release = tmp_path / "release-ready"
+    # one shard per process (shard i in process i), so each process owns partitions
     broker = BrokerProcess(tmp_path / "data",
-                           config={"num.processes": 2, "num.processes.shard.placement": "spread"},
+                           config={"num.processes": processes,
+                                   "num.partition.shards": processes,
+                                   "num.processes.shard.placement": "spread",
+                                   "num.processes.connection.distribution": "handoff"},
                            env={TEST_HOLD_READY_ENV: str(release)})
     outcome: list[BaseException | None] = []
 
@@ -180,31 +217,77 @@ def test_a_process_killed_while_the_broker_starts_is_restarted(tmp_path: Path) -
 
     starting = threading.Thread(target=start, daemon=True)
     starting.start()
+    other: HeldProcess | None = None
+    keeper: KeepStopped | None = None
     try:
-        wait_for_log(broker, "holds its start until", timeout=90)
+        if when == "held":
+            # every process 1.. holds: their handlers run, with generation 0 of each other
+            wait_for_log(broker, "holds its start until", timeout=90, count=processes - 1)
+        assert wait_for(lambda: broker.proc is not None and broker.proc.pid, "process 0")
         assert broker.proc is not None and broker.proc.poll() is None
         main = broker.proc.pid
-        [first] = [int(p) for p in
-                   Path(f"/proc/{main}/task/{main}/children").read_text().split()]
+        kids = wait_for(lambda: len(found := children_by_index(main)) == processes - 1 and found,
+                        f"{processes - 1} processes spawned", timeout=90)
+        first = kids[killed]
+        if when == "spawned":  # the other one stopped before its gateway listens
+            [index] = set(kids) - {killed}
+            other = broker.hold_worker(kids[index])
+            assert other.send_signal(signal.SIGSTOP)
+            keeper = KeepStopped(other, f"process {index}")
+            assert keeper.watching.wait(5), f"process {index} did not stop"
         with broker.hold_worker(first) as held:
             assert held.kill()
-        restarting = (f"broker process 1 (pid {first}) exited with -9 before it was ready; "
-                      "restarting it")
+        if killed > 1:  # the start waits for processes in order: process 2's death is seen,
+            release.touch()  # and it is restarted, once process 1 is ready
+        restarting = (f"broker process {killed} (pid {first}) exited with -9 before it was "
+                      "ready; restarting it")
         assert restarting in wait_for_log(broker, restarting, timeout=30), broker.log()[-3000:]
+        if other is not None:
+            # the restarted one told the other's handlers (before it holds), then the
+            # other goes on: its gateway listens after that
+            holds = f"process {killed} holds its start until"
+            assert holds in wait_for_log(broker, holds, timeout=90), broker.log()[-3000:]
+            keeper.end()
+            assert other.send_signal(signal.SIGCONT)
+            listening = f"gateway of node-1-p{index} listening"
+            log = wait_for_log(broker, listening, timeout=90)
+            assert log.index(holds) < log.index(listening), log[-3000:]
         release.touch()
         starting.join(timeout=180)
         assert outcome == [None], (outcome, broker.log()[-3000:])
-        [worker] = worker_pids(broker)
-        assert worker != first and serving(broker, worker)
-        with RawClient(broker.port) as client:
-            assert client.create_topic("started", 4) == 0
-            for p in range(4):  # shards of both processes
-                assert client.produce("started", p, record_batch([(None, b"v%d" % p)]),
-                                      acks=1).error_code == 0
-            for p in range(4):
-                values = [v for _o, _k, v in read_records(client.fetch("started", p, 0).records)]
-                assert values == [b"v%d" % p], p
+        workers = wait_for(lambda: len(worker_pids(broker)) == processes - 1
+                           and worker_pids(broker), f"{processes - 1} processes serving",
+                           timeout=60)
+        assert first not in workers and all(serving(broker, pid) for pid in workers)
+        topic, count = "started", 4 * processes
+        with RawClient(broker.port) as admin:
+            assert admin.create_topic(topic, count) == 0
+        owners = {owner_process(topic, p, processes, shards=processes) for p in range(count)}
+        assert owners == set(range(processes)), owners  # partitions of every process
+        values: dict[int, list[bytes]] = {p: [] for p in range(count)}
+        clients = [RawClient(broker.port, client_id=f"c{i}") for i in range(3 * processes)]
+        try:
+            for n, client in enumerate(clients):  # (a RawClient connects at its first request)
+                for p in range(count):
+                    value = b"c%d-p%d" % (n, p)
+                    answer = client.produce(topic, p, record_batch([(None, value)]), acks=1)
+                    assert answer.error_code == 0, (n, p, answer, broker.log()[-3000:])
+                    values[p].append(value)
+            inodes = established_inodes(broker.port)
+            on = [connections_of(pid, inodes) for pid in [main, *workers]]
+            assert all(on), on  # connections on every process
+            for p in range(count):
+                got = [v for _o, _k, v in read_records(clients[0].fetch(topic, p, 0).records)]
+                assert got == values[p], (p, got)
+        finally:
+            for client in clients:
+                client.close()
     finally:
+        if keeper is not None:
+            keeper.end()
+        if other is not None:
+            other.send_signal(signal.SIGCONT)  # (False once it exited)
+            other.close()
         release.touch()
         starting.join(timeout=180)
         if broker.proc is not None and broker.proc.poll() is None:
@@ -443,9 +526,9 @@ def test_the_processes_of_a_broker_with_curve_talk_over_it(tmp_path: Path) -> No
 SHARDS = 2  # num.partition.shards by default: shard 0 in process 0, shard 1 in process 1
 
 
-def owner_process(topic: str, partition: int, processes: int = 2) -> int:
+def owner_process(topic: str, partition: int, processes: int = 2, shards: int = SHARDS) -> int:
     """The process whose shard owns the partition (Topology.shard: shard i in i % N)."""
-    return spread_index(topic, partition, SHARDS) % processes
+    return spread_index(topic, partition, shards) % processes
 
 
 def split_partitions(topic: str, count: int) -> tuple[list[int], list[int]]:

@@ -98,6 +98,8 @@ from wire.fingerprint import wire_fingerprint
 RESTARTS_MAX = 5
 RESTART_WINDOW_S = 60.0
 READY_TIMEOUT_S = 60.0
+# how long the supervisor's stop waits for its watch thread (a restart under way) to end
+STOP_JOIN_S = 5.0
 READY_LINE = "actorlog process ready"
 # what process 0's supervisor logs once process k (the pid) is ready: the broker log's
 # word that a process started or restarted serves (actors/hosts reads it after a kill)
@@ -405,7 +407,13 @@ class ProcessSupervisor:
         # (not alive: never started, or a start interrupted before it ran; it sees stopping)
         if (self.thread is not None and self.thread is not threading.current_thread()
                 and self.thread.is_alive()):
-            self.thread.join(timeout=5)
+            self.thread.join(timeout=STOP_JOIN_S)
+            if self.thread.is_alive():
+                # (it spawns nothing from now on: ``stopping`` is set under ``_spawning``)
+                self.log.warning("the process supervisor's thread (it watches processes 1.. "
+                                 "and restarts one that dies) has not ended {:g} s into the "
+                                 "stop; stopping processes {} without it (it restarts "
+                                 "nothing more)", STOP_JOIN_S, sorted(self.procs))
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

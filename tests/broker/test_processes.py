@@ -1076,3 +1076,54 @@ def test_a_process_that_crashes_before_it_is_ready_stops_the_start(
         sup.start()
     assert len(spawned) == 1
     sup.stop(timeout=10)
+
+
+def test_a_stop_that_outwaits_the_supervisors_thread_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stop waits STOP_JOIN_S for the supervisor's thread (a restart under way), then
+    stops the processes without it: one warning says what it waited for and that it goes
+    on. Here the thread is held in the give-up callback of a restart that failed (the
+    restarted stand-in exits before it is ready); it used to go on in silence."""
+    from loguru import logger
+
+    import actors.processes as processes
+    from actors.processes import READY_LINE as SUPERVISED_READY
+    from actors.processes import ProcessSupervisor
+
+    monkeypatch.setattr(processes, "STOP_JOIN_S", 0.5)
+    spawned: list[tuple[subprocess.Popen[str], bool]] = []
+    ready = f"print({SUPERVISED_READY!r}, flush=True)\nimport time\ntime.sleep(60)"
+    monkeypatch.setattr(ProcessSupervisor, "_spawn",
+                        _stand_in_spawn(spawned, ready, "raise SystemExit(1)"))
+    giving_up, release = threading.Event(), threading.Event()
+    gave_up: list[str] = []
+
+    def on_give_up(reason: str) -> None:  # held until the test has seen the stop's warning
+        gave_up.append(reason)
+        giving_up.set()
+        release.wait(20)
+
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    sup = ProcessSupervisor({"main": "stand-in"}, 2, on_give_up).start()
+    try:
+        os.kill(spawned[0][0].pid, signal.SIGKILL)
+        assert giving_up.wait(15), "the failed restart was not given up"
+        sup.stop(timeout=10)
+        assert sup.thread is not None and sup.thread.is_alive()
+        warned = [line for line in lines if "process supervisor's thread" in line]
+        assert len(warned) == 1, lines
+        assert ("has not ended 0.5 s into the stop; stopping processes [1] without it (it "
+                "restarts nothing more)") in warned[0], warned
+    finally:
+        release.set()
+        logger.remove(sink)
+        for proc, _ in spawned:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert sup.thread is not None
+    sup.thread.join(10)
+    assert not sup.thread.is_alive()
+    assert gave_up == ["broker process 1 cannot restart: broker process 1 did not start (exit "
+                       "code 1); see its lines above in the broker log"], gave_up

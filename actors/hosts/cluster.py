@@ -992,7 +992,11 @@ class Cluster:
             fresh = found.get(index)
             if fresh is not None and fresh.pid != old_pid:
                 new_pid = fresh.pid
-                if self.process_serves(node_id, index, new_pid):
+                try:
+                    serves = self.process_serves(node_id, index, new_pid)
+                except SshFailed:  # an ssh hiccup: not yet, looked at again in 0.1 s
+                    serves = False
+                if serves:
                     break
             if time.monotonic() > deadline:
                 if (gave_up := self.gave_up_line(node_id, since)) is not None:  # stopping

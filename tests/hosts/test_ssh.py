@@ -214,8 +214,9 @@ def test_control_master_shares_one_connection_and_close_ends_it(ssh_host: SshSer
 
 def test_one_failed_look_at_a_nodes_processes_over_ssh_is_looked_at_again(
         tmp_path: Path) -> None:
-    """Cluster.wait_process_restarted looks at the node's processes again once when ssh
-    fails under its ``ps`` (exit 255: SshFailed), as after a failed ``ps`` on this host; it
+    """processes_looked_at_twice, which Cluster.wait_process_restarted looks at the node's
+    processes through, looks again once when ssh fails under its ``ps`` (exit 255:
+    SshFailed), as after a failed ``ps`` on this host; it
     raised HostError at once, ending the chaos run. A second failure is raised; any other
     HostError (a program missing) at once. The ssh failure is real ssh's (to a loopback
     port where nothing listens); the look that follows it is this host's ``ps``."""

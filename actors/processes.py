@@ -56,6 +56,8 @@ restart; the supervisor hands a process all of them at spawn), a handler stamps 
 Appends with the generation it knows of the target shard's process, and a shard refuses
 one stamped older than its own process: what a handler sent before it learnt of the
 restart, and gave up then, is refused; what it sends after is written and answered.
+A process spawned before a restart (the broker's start) reads the generations the
+supervisor writes in the ipc dir before it takes connections, and tells its handlers.
 A refusal also tells the handler the generation, should the notice not have reached it.
 The fence covers what a restart gave up, not a request a handler gave up by its
 abandon timeout while the target process lives on (slow, not restarted), nor the
@@ -143,6 +145,26 @@ def process_index_of(args: str) -> int | None:
     except (ValueError, AttributeError):
         return None
     return index if isinstance(index, int) and index > 0 else None
+
+
+def generations_path(ipc_dir: str, main: str) -> Path:
+    """Where process 0's supervisor keeps every process's generation as it is now (a JSON
+    list, written at the broker's start and at each restart), for a process still
+    starting to read before it takes connections (run_process)."""
+    return Path(ipc_dir) / f"{main}.generations"
+
+
+def read_generations(path: Path, processes: int) -> list[int] | None:
+    """The generations the supervisor wrote at ``path``; None when there are none to read
+    (no file, or not a list of ``processes`` integers)."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(found, list) or len(found) != processes
+            or not all(type(g) is int and g >= 0 for g in found)):
+        return None
+    return found
 
 
 def lock_process(path: Path, timeout: float) -> int:
@@ -262,6 +284,7 @@ class ProcessSupervisor:
 
     def start(self) -> ProcessSupervisor:
         stopped = RuntimeError("the broker stopped while its processes started")
+        self._publish_generations()  # (a file of an earlier run of the broker replaced)
         for k in range(1, self.processes):  # all spawned, then each waited for: in parallel
             with _signals_held():
                 if self._spawn_kept(k, restarted=False) is None:
@@ -274,6 +297,25 @@ class ProcessSupervisor:
                                            daemon=True)
             self.thread.start()
         return self
+
+    def _publish_generations(self) -> None:
+        """Every process's generation as it is now, where a process still starting reads
+        it before it takes connections (generations_path): written whole, a new file
+        renamed over the old. Not written: the restarted process's ProcessStarted and its
+        refusals still tell the others' handlers (said once)."""
+        ipc_dir = self.spec.get("ipc_dir")
+        if not ipc_dir:
+            return  # (stand-in processes of a test: none reads it)
+        path = generations_path(str(ipc_dir), str(self.spec["main"]))
+        fresh = path.with_name(path.name + ".new")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fresh.write_text(json.dumps(self.generations))
+            os.replace(fresh, path)
+        except OSError as exc:
+            self.log.warning("the processes' generations not written to {} ({}); a process "
+                             "still starting learns of a restart from the restarted one",
+                             path, exc)
 
     def _spawn(self, index: int, restarted: bool = False) -> subprocess.Popen[str]:
         # ``wire``: process 0's inter-node wire fingerprint, which the new process checks
@@ -325,10 +367,12 @@ class ProcessSupervisor:
         """A restart of process ``index`` is due: counted in its window, its generation one
         more (the new process takes it from its spec); SupervisorGaveUp past RESTARTS_MAX
         within RESTART_WINDOW_S. A restart while other processes still start (the broker's
-        start, num.processes >= 3) spawned them with the generation before: their handlers
-        learn the new one from ProcessStarted (they run before their process's gateway
-        binds, so one sent while it starts waits in the link and finds them), or from the
-        new process's first refusal."""
+        start, num.processes >= 3) spawned them with the generation before: each reads the
+        generations written here before it takes connections (run_process), and its
+        handlers learn the new one then, if the restarted process's ProcessStarted has not
+        reached them yet (it may come later: its link connects again only every 100 to
+        200 ms while their gateway is not bound). Written before the new process is
+        spawned."""
         now = time.monotonic()
         window = [t for t in self.restarts[index] if now - t < RESTART_WINDOW_S]
         if len(window) >= RESTARTS_MAX:
@@ -337,6 +381,7 @@ class ProcessSupervisor:
         window.append(now)
         self.restarts[index] = window
         self.generations[index] += 1
+        self._publish_generations()
 
     def _wait_ready(self, index: int, proc: subprocess.Popen[str]) -> bool:
         """True once ``proc`` says it is ready; False when SIGKILL ended it before (it may
@@ -536,6 +581,44 @@ def _wait_for_shards_restored(node: Any, topo: Any, index: int, here: list[int],
     return True
 
 
+def _learn_restarts(node: Any, topo: Any, index: int, known: list[int], path: Path,
+                    deadline: float) -> None:
+    """Before this process takes connections: its handlers learn of each restart of
+    another process since this one was spawned (the supervisor's generations at ``path``
+    newer than ``known``, this spawn's), and have taken it in (asked) before any
+    connection comes. The restarted process tells them itself (ProcessStarted), but while
+    this process's gateway was not bound yet its links to them (one per handler) connect
+    again only every 100 to 200 ms, ZeroMQ's reconnect interval: the notice came up to
+    200 ms after this process served, and a handler's first Append to that process,
+    stamped with the generation before, was refused (NOT_LEADER_OR_FOLLOWER to the
+    client). That notice, when it comes, is not newer and changes nothing."""
+    from actors.runtime.address import Address
+    from actors.runtime.node import AskFailed, AskTimeout
+    from wire.cluster_messages import ProcessStarted
+
+    now = read_generations(path, len(known))
+    if now is None:
+        logger.warning("process {}: the processes' generations not read from {}; a restart "
+                       "since this one was spawned is learnt from the restarted process",
+                       index, path)
+        return
+    for k, (was, current) in enumerate(zip(known, now, strict=True)):
+        if k == index or current <= was:
+            continue
+        logger.info("process {}: process {} restarted (generation {}) since this one was "
+                    "spawned; its handlers are told before it takes connections",
+                    index, k, current)
+        for i in range(topo.num_handlers):
+            handler = Address(node.name, topo.handler(i).name)
+            try:
+                node.ask(handler, ProcessStarted(k, True, current),
+                         timeout=max(1.0, min(READY_ASK_TIMEOUT_S,
+                                              deadline - time.monotonic())))
+            except (AskFailed, AskTimeout) as exc:
+                logger.warning("process {}: {} not told of the restart of process {} ({}); "
+                               "it learns it from that process", index, handler, k, exc)
+
+
 def run_process(spec: dict[str, Any]) -> int:
     """Process ``spec["index"]`` of a broker: a node serving connections until SIGTERM."""
     from actors.acceptor import Acceptor
@@ -682,7 +765,8 @@ def run_process(spec: dict[str, Any]) -> int:
     # (on a single node it tells every other process's handlers itself) reached a process
     # still starting as its gateway bound and, its handlers not spawned yet, was lost: they
     # stamped their Appends to it with the generation before, and the first one of each
-    # was refused, the client answered NOT_LEADER_OR_FOLLOWER.
+    # was refused, the client answered NOT_LEADER_OR_FOLLOWER. (One that comes only after
+    # this process serves: _learn_restarts.)
     for i in range(topo.num_handlers):
         # In a cluster the handlers' metadata comes from process 0's ReplicaManager, which
         # forwards every UpdateMetadata to the handlers of each process (ProcessStarted
@@ -753,6 +837,10 @@ def run_process(spec: dict[str, Any]) -> int:
         logger.info("process {} holds its start until {} exists", index, hold)
         while not os.path.exists(hold) and time.monotonic() < ready_by:
             time.sleep(0.05)
+    # last before it takes connections: a restart since this process was spawned (the
+    # broker's start, num.processes >= 3) is known to its handlers from the first one
+    _learn_restarts(node, topo, index, generations,
+                    generations_path(spec["ipc_dir"], main), ready_by)
     # Bound last: a connection the kernel gives this process is accepted at once (after a
     # restart, none waits in a backlog while the shards recover). Handoff: no listener of
     # its own, a link per listener to process 0's Acceptor, greeted once the Acceptors

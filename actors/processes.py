@@ -56,6 +56,8 @@ restart; the supervisor hands a process all of them at spawn), a handler stamps 
 Appends with the generation it knows of the target shard's process, and a shard refuses
 one stamped older than its own process: what a handler sent before it learnt of the
 restart, and gave up then, is refused; what it sends after is written and answered.
+A process spawned before a restart (the broker's start) reads the generations the
+supervisor writes in the ipc dir before it takes connections, and tells its handlers.
 A refusal also tells the handler the generation, should the notice not have reached it.
 The fence covers what a restart gave up, not a request a handler gave up by its
 abandon timeout while the target process lives on (slow, not restarted), nor the
@@ -98,6 +100,8 @@ from wire.fingerprint import wire_fingerprint
 RESTARTS_MAX = 5
 RESTART_WINDOW_S = 60.0
 READY_TIMEOUT_S = 60.0
+# how long the supervisor's stop waits for its watch thread (a restart under way) to end
+STOP_JOIN_S = 5.0
 READY_LINE = "actorlog process ready"
 # what process 0's supervisor logs once process k (the pid) is ready: the broker log's
 # word that a process started or restarted serves (actors/hosts reads it after a kill)
@@ -141,6 +145,26 @@ def process_index_of(args: str) -> int | None:
     except (ValueError, AttributeError):
         return None
     return index if isinstance(index, int) and index > 0 else None
+
+
+def generations_path(ipc_dir: str, main: str) -> Path:
+    """Where process 0's supervisor keeps every process's generation as it is now (a JSON
+    list, written at the broker's start and at each restart), for a process still
+    starting to read before it takes connections (run_process)."""
+    return Path(ipc_dir) / f"{main}.generations"
+
+
+def read_generations(path: Path, processes: int) -> list[int] | None:
+    """The generations the supervisor wrote at ``path``; None when there are none to read
+    (no file, or not a list of ``processes`` integers)."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(found, list) or len(found) != processes
+            or not all(type(g) is int and g >= 0 for g in found)):
+        return None
+    return found
 
 
 def lock_process(path: Path, timeout: float) -> int:
@@ -260,6 +284,7 @@ class ProcessSupervisor:
 
     def start(self) -> ProcessSupervisor:
         stopped = RuntimeError("the broker stopped while its processes started")
+        self._publish_generations()  # (a file of an earlier run of the broker replaced)
         for k in range(1, self.processes):  # all spawned, then each waited for: in parallel
             with _signals_held():
                 if self._spawn_kept(k, restarted=False) is None:
@@ -272,6 +297,25 @@ class ProcessSupervisor:
                                            daemon=True)
             self.thread.start()
         return self
+
+    def _publish_generations(self) -> None:
+        """Every process's generation as it is now, where a process still starting reads
+        it before it takes connections (generations_path): written whole, a new file
+        renamed over the old. Not written: the restarted process's ProcessStarted and its
+        refusals still tell the others' handlers (said once)."""
+        ipc_dir = self.spec.get("ipc_dir")
+        if not ipc_dir:
+            return  # (stand-in processes of a test: none reads it)
+        path = generations_path(str(ipc_dir), str(self.spec["main"]))
+        fresh = path.with_name(path.name + ".new")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fresh.write_text(json.dumps(self.generations))
+            os.replace(fresh, path)
+        except OSError as exc:
+            self.log.warning("the processes' generations not written to {} ({}); a process "
+                             "still starting learns of a restart from the restarted one",
+                             path, exc)
 
     def _spawn(self, index: int, restarted: bool = False) -> subprocess.Popen[str]:
         # ``wire``: process 0's inter-node wire fingerprint, which the new process checks
@@ -323,8 +367,12 @@ class ProcessSupervisor:
         """A restart of process ``index`` is due: counted in its window, its generation one
         more (the new process takes it from its spec); SupervisorGaveUp past RESTARTS_MAX
         within RESTART_WINDOW_S. A restart while other processes still start (the broker's
-        start, num.processes >= 3) spawned them with the generation before: their handlers
-        learn the new one from ProcessStarted, or from the new process's first refusal."""
+        start, num.processes >= 3) spawned them with the generation before: each reads the
+        generations written here before it takes connections (run_process), and its
+        handlers learn the new one then, if the restarted process's ProcessStarted has not
+        reached them yet (it may come later: its link connects again only every 100 to
+        200 ms while their gateway is not bound). Written before the new process is
+        spawned."""
         now = time.monotonic()
         window = [t for t in self.restarts[index] if now - t < RESTART_WINDOW_S]
         if len(window) >= RESTARTS_MAX:
@@ -333,6 +381,7 @@ class ProcessSupervisor:
         window.append(now)
         self.restarts[index] = window
         self.generations[index] += 1
+        self._publish_generations()
 
     def _wait_ready(self, index: int, proc: subprocess.Popen[str]) -> bool:
         """True once ``proc`` says it is ready; False when SIGKILL ended it before (it may
@@ -403,7 +452,13 @@ class ProcessSupervisor:
         # (not alive: never started, or a start interrupted before it ran; it sees stopping)
         if (self.thread is not None and self.thread is not threading.current_thread()
                 and self.thread.is_alive()):
-            self.thread.join(timeout=5)
+            self.thread.join(timeout=STOP_JOIN_S)
+            if self.thread.is_alive():
+                # (it spawns nothing from now on: ``stopping`` is set under ``_spawning``)
+                self.log.warning("the process supervisor's thread (it watches processes 1.. "
+                                 "and restarts one that dies) has not ended {:g} s into the "
+                                 "stop; stopping processes {} without it (it restarts "
+                                 "nothing more)", STOP_JOIN_S, sorted(self.procs))
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -524,6 +579,44 @@ def _wait_for_shards_restored(node: Any, topo: Any, index: int, here: list[int],
                 return False
             time.sleep(0.005)
     return True
+
+
+def _learn_restarts(node: Any, topo: Any, index: int, known: list[int], path: Path,
+                    deadline: float) -> None:
+    """Before this process takes connections: its handlers learn of each restart of
+    another process since this one was spawned (the supervisor's generations at ``path``
+    newer than ``known``, this spawn's), and have taken it in (asked) before any
+    connection comes. The restarted process tells them itself (ProcessStarted), but while
+    this process's gateway was not bound yet its links to them (one per handler) connect
+    again only every 100 to 200 ms, ZeroMQ's reconnect interval: the notice came up to
+    200 ms after this process served, and a handler's first Append to that process,
+    stamped with the generation before, was refused (NOT_LEADER_OR_FOLLOWER to the
+    client). That notice, when it comes, is not newer and changes nothing."""
+    from actors.runtime.address import Address
+    from actors.runtime.node import AskFailed, AskTimeout
+    from wire.cluster_messages import ProcessStarted
+
+    now = read_generations(path, len(known))
+    if now is None:
+        logger.warning("process {}: the processes' generations not read from {}; a restart "
+                       "since this one was spawned is learnt from the restarted process",
+                       index, path)
+        return
+    for k, (was, current) in enumerate(zip(known, now, strict=True)):
+        if k == index or current <= was:
+            continue
+        logger.info("process {}: process {} restarted (generation {}) since this one was "
+                    "spawned; its handlers are told before it takes connections",
+                    index, k, current)
+        for i in range(topo.num_handlers):
+            handler = Address(node.name, topo.handler(i).name)
+            try:
+                node.ask(handler, ProcessStarted(k, True, current),
+                         timeout=max(1.0, min(READY_ASK_TIMEOUT_S,
+                                              deadline - time.monotonic())))
+            except (AskFailed, AskTimeout) as exc:
+                logger.warning("process {}: {} not told of the restart of process {} ({}); "
+                               "it learns it from that process", index, handler, k, exc)
 
 
 def run_process(spec: dict[str, Any]) -> int:
@@ -664,12 +757,16 @@ def run_process(spec: dict[str, Any]) -> int:
                    **place(i))
     if mirrored:  # before the gateway binds: relays sent meanwhile find it
         node.spawn(SecurityView, topo.security_view.name, mirror=mirror, **place(0))
-    # single: the gateway runs in the worker loop too (frames from the other processes
-    # reach its actors in memory, in the same turn)
-    node.start(gateway_host=loop if single else None, gateway=bool(here) or not single)
     advertised: dict[str, tuple[str, int]] = {}  # as process 0's (its bound ports)
     for adv_name, adv_host, adv_port in spec.get("advertised") or ():
         advertised.setdefault(str(adv_name), (str(adv_host), int(adv_port)))
+    # The handlers too run before the gateway binds: what the other processes sent them
+    # meanwhile, waiting in their links, finds them. A restarted process's ProcessStarted
+    # (on a single node it tells every other process's handlers itself) reached a process
+    # still starting as its gateway bound and, its handlers not spawned yet, was lost: they
+    # stamped their Appends to it with the generation before, and the first one of each
+    # was refused, the client answered NOT_LEADER_OR_FOLLOWER. (One that comes only after
+    # this process serves: _learn_restarts.)
     for i in range(topo.num_handlers):
         # In a cluster the handlers' metadata comes from process 0's ReplicaManager, which
         # forwards every UpdateMetadata to the handlers of each process (ProcessStarted
@@ -691,8 +788,9 @@ def run_process(spec: dict[str, Any]) -> int:
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **placement,
                    scheduling=str(cfg["actor.threads.scheduling"])
                    if shared and "host" not in placement else None)
-    if single and not here:  # the worker loop runs now
-        node.start_gateway(loop)
+    # single: the gateway runs in the worker loop too (frames from the other processes
+    # reach its actors in memory, in the same turn); with no shard here handler-0 runs it
+    node.start(gateway_host=loop if single else None)
     if cluster:
         # Before it takes connections: its handlers get the metadata process 0's ReplicaManager
         # holds (the answer comes after it, on the same link), and after a restart its shards
@@ -739,6 +837,10 @@ def run_process(spec: dict[str, Any]) -> int:
         logger.info("process {} holds its start until {} exists", index, hold)
         while not os.path.exists(hold) and time.monotonic() < ready_by:
             time.sleep(0.05)
+    # last before it takes connections: a restart since this process was spawned (the
+    # broker's start, num.processes >= 3) is known to its handlers from the first one
+    _learn_restarts(node, topo, index, generations,
+                    generations_path(spec["ipc_dir"], main), ready_by)
     # Bound last: a connection the kernel gives this process is accepted at once (after a
     # restart, none waits in a backlog while the shards recover). Handoff: no listener of
     # its own, a link per listener to process 0's Acceptor, greeted once the Acceptors

@@ -49,6 +49,7 @@ from actors.hosts.runner import (
     NetnsRunner,
     ProcessInfo,
     Runner,
+    SshFailed,
     check_version,
     runner_for,
 )
@@ -61,6 +62,26 @@ STATE_FILE = "state.json"
 # how long a local node's port held at its start is tried again before `up` refuses it
 PORT_FREE_WAIT_S = 5.0
 Say = Callable[[str], None]
+# a look at a node's processes that failed is looked at again once, this much later
+PS_LOOK_AGAIN_S = 0.2
+
+
+def processes_looked_at_twice(look: Callable[[], dict[int, ProcessInfo]],
+                              pause_s: float = PS_LOOK_AGAIN_S) -> dict[int, ProcessInfo]:
+    """``look()`` (a node's processes, by ``ps`` on its host), and once more after
+    ``pause_s`` when it found none or ssh failed under it: on this host or in a netns a
+    failed ``ps`` reads as no process, over ssh a hiccup of the connection is SshFailed
+    (exit 255), and either alone is not a node gone. The second look's answer is the
+    caller's, an SshFailed raised; any other HostError (a ``ps`` that timed out, none
+    installed) is raised at once, as it is on this host."""
+    try:
+        found = look()
+    except SshFailed:
+        found = {}
+    if found:
+        return found
+    time.sleep(pause_s)
+    return look()
 
 
 @contextmanager
@@ -964,16 +985,18 @@ class Cluster:
         new_pid = None
         since = f"broker process {index} (pid {old_pid}) exited"  # the supervisor's line
         while True:
-            found = self.node_processes(node_id)
-            if not found:  # one failed ps (an ssh hiccup) reads so too: looked at again
-                time.sleep(0.2)
-                found = self.node_processes(node_id)
+            # one failed ps (an ssh hiccup: exit 255) is looked at again, not a node gone
+            found = processes_looked_at_twice(lambda: self.node_processes(node_id))
             if not found:
                 raise SupervisorGaveUp(node_id, index, self.stop_reason(node_id, since))
             fresh = found.get(index)
             if fresh is not None and fresh.pid != old_pid:
                 new_pid = fresh.pid
-                if self.process_serves(node_id, index, new_pid):
+                try:
+                    serves = self.process_serves(node_id, index, new_pid)
+                except SshFailed:  # an ssh hiccup: not yet, looked at again in 0.1 s
+                    serves = False
+                if serves:
                     break
             if time.monotonic() > deadline:
                 if (gave_up := self.gave_up_line(node_id, since)) is not None:  # stopping

@@ -223,6 +223,11 @@ class NetnsRunner(Runner):
         return ["ip", "netns", "exec", self.host.netns, *command]
 
 
+class SshFailed(HostError):
+    """ssh itself failed (its exit status 255: no connection, a refused key, a dropped
+    session): the command did not run on the host, or its end was not seen."""
+
+
 class SshRunner(Runner):
     """Over ssh, in batch mode, with host keys checked (see the module docstring)."""
 
@@ -285,7 +290,7 @@ class SshRunner(Runner):
         self.prepare()
         result = super().run(command, input_text=input_text, timeout_s=timeout_s, check=False)
         if result.returncode == 255:  # ssh itself failed: the command never ran
-            raise HostError(self.ssh_failure(result.stderr))
+            raise SshFailed(self.ssh_failure(result.stderr))
         if check and result.returncode != 0:
             raise HostError(self.failure(command, result))
         return result
@@ -294,7 +299,7 @@ class SshRunner(Runner):
         self.prepare()
         result = super().run_bytes(command, timeout_s=timeout_s)
         if result.returncode == 255:  # ssh itself failed: the command never ran
-            raise HostError(self.ssh_failure(result.stderr))
+            raise SshFailed(self.ssh_failure(result.stderr))
         return result
 
     def ssh_failure(self, stderr: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -209,3 +210,53 @@ def test_control_master_shares_one_connection_and_close_ends_it(ssh_host: SshSer
         wait_until(master_process.exited, what="the ssh master to exit")
     assert not list(control.iterdir())
     control.rmdir()
+
+
+def test_one_failed_look_at_a_nodes_processes_over_ssh_is_looked_at_again(
+        tmp_path: Path) -> None:
+    """processes_looked_at_twice, which Cluster.wait_process_restarted looks at the node's
+    processes through, looks again once when ssh fails under its ``ps`` (exit 255:
+    SshFailed), as after a failed ``ps`` on this host; it
+    raised HostError at once, ending the chaos run. A second failure is raised; any other
+    HostError (a program missing) at once. The ssh failure is real ssh's (to a loopback
+    port where nothing listens); the look that follows it is this host's ``ps``."""
+    from actors.hosts.cluster import processes_looked_at_twice
+    from actors.hosts.runner import LocalRunner, ProcessInfo, SshFailed
+    from tests.fixtures.broker import free_port
+
+    spec = HostSpec(name="h2", via="ssh", address="127.0.0.1", port=free_port(),
+                    data_dir=str(tmp_path / "remote"), actorlog=ACTORLOG, python="")
+    over_ssh = SshRunner(spec, tmp_path / "known_hosts", connect_timeout_s=5)
+    here = LocalRunner(dataclasses.replace(spec, via="local", port=22))
+    pid = os.getpid()
+    looks: list[str] = []
+
+    def look(failing: int) -> dict[int, ProcessInfo]:
+        """The first ``failing`` looks over ssh (which fails), the next ones here."""
+        if len(looks) < failing:
+            looks.append("ssh")
+            over_ssh.process(pid)
+            raise AssertionError("ssh to a port where nothing listens ran a command")
+        looks.append("here")
+        info = here.process(pid)
+        return {0: info} if info is not None else {}
+
+    found = processes_looked_at_twice(lambda: look(1), pause_s=0.05)
+    assert looks == ["ssh", "here"] and found[0].pid == pid, (looks, found)
+    looks.clear()
+    with pytest.raises(SshFailed, match=r"port \d+\): ssh failed: .*Connection refused"):
+        processes_looked_at_twice(lambda: look(2), pause_s=0.05)
+    assert looks == ["ssh", "ssh"]
+    looks.clear()
+    assert processes_looked_at_twice(lambda: look(0), pause_s=0.05)[0].pid == pid
+    assert looks == ["here"]  # found at the first look: not looked at again
+
+    def missing() -> dict[int, ProcessInfo]:
+        looks.append("missing")
+        here.run(["actorlog-no-such-program"])
+        return {}
+
+    looks.clear()
+    with pytest.raises(HostError, match="is not installed here") as raised:
+        processes_looked_at_twice(missing, pause_s=0.05)
+    assert not isinstance(raised.value, SshFailed) and looks == ["missing"]

@@ -70,6 +70,7 @@ from actors.metadata.zk import ZkMetadataStore
 from actors.partition_shard import PartitionShard
 from actors.processes import (
     ProcessSupervisor,
+    generations_path,
     process_node_name,
     raise_or_defer,
     remove_process_locks,
@@ -1229,8 +1230,12 @@ class Broker:
         ipc_dir = Path(node.endpoint.ipc_dir)
         try:
             remove_process_locks(str(ipc_dir), node.name)
-            for suffix in (".gw", ".ux"):  # ZeroMQ's and the direct links'
-                (ipc_dir / f"{node.name}{suffix}").unlink(missing_ok=True)
+            # ZeroMQ's socket, the direct links', and the supervisor's generations
+            # (num.processes > 1) with the new file of a write cut short
+            generations = generations_path(str(ipc_dir), node.name)
+            for path in (ipc_dir / f"{node.name}.gw", ipc_dir / f"{node.name}.ux",
+                         generations, generations.with_name(generations.name + ".new")):
+                path.unlink(missing_ok=True)
             ipc_dir.rmdir()
         except OSError:
             pass

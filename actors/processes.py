@@ -271,8 +271,9 @@ class ProcessSupervisor:
         # Each process's generation: 0 at the broker's start, +1 at each restart of it
         # (process 0 is never restarted). A process gets them all at spawn; one changed
         # while others still start (a restart during the broker's start, in its main
-        # thread, or later in the watch thread) reaches them by ProcessStarted, or by the
-        # restarted process's first refusal of a stale Append.
+        # thread, or later in the watch thread) reaches them by the file of them
+        # (generations_path, read before a process takes connections), by ProcessStarted,
+        # or by the restarted process's first refusal of a stale Append.
         self.generations = [0] * processes
         self.stopping = threading.Event()
         # held to check ``stopping`` and spawn and keep the new process in ``procs`` as one
@@ -313,6 +314,11 @@ class ProcessSupervisor:
             fresh.write_text(json.dumps(self.generations))
             os.replace(fresh, path)
         except OSError as exc:
+            # an earlier file left would tell a process generations that are not (one
+            # higher than true would let its stale Appends through the fence): none at all
+            for gone in (fresh, path):
+                with contextlib.suppress(OSError):
+                    gone.unlink(missing_ok=True)
             self.log.warning("the processes' generations not written to {} ({}); a process "
                              "still starting learns of a restart from the restarted one",
                              path, exc)
@@ -610,10 +616,14 @@ def _learn_restarts(node: Any, topo: Any, index: int, known: list[int], path: Pa
                     index, k, current)
         for i in range(topo.num_handlers):
             handler = Address(node.name, topo.handler(i).name)
+            left = deadline - time.monotonic()
+            if left <= 0:  # (the ready deadline: the restarted process tells the rest)
+                logger.warning("process {}: out of time to tell {} of the restart of "
+                               "process {}; it learns it from that process", index, handler, k)
+                continue
             try:
                 node.ask(handler, ProcessStarted(k, True, current),
-                         timeout=max(1.0, min(READY_ASK_TIMEOUT_S,
-                                              deadline - time.monotonic())))
+                         timeout=min(READY_ASK_TIMEOUT_S, max(0.1, left)))
             except (AskFailed, AskTimeout) as exc:
                 logger.warning("process {}: {} not told of the restart of process {} ({}); "
                                "it learns it from that process", index, handler, k, exc)

@@ -27,9 +27,11 @@ from typing import Any
 
 import pytest
 
+from actors.broker import gateway_ipc_dir
 from actors.core.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, read_offset_checkpoint
 from actors.core.dir_lock import DirLock
 from actors.core.log_dir import CLEAN_SHUTDOWN_FILE
+from actors.runtime.node import default_ipc_dir
 from actors.topology import spread_index
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import (
@@ -42,7 +44,7 @@ from tests.broker.rawclient import (
     wait_for_log,
 )
 from tests.fixtures.broker import READY_LINE, ROOT, BrokerProcess, free_port
-from tests.fixtures.pids import HeldProcess, KeepStopped, child_of
+from tests.fixtures.pids import HeldProcess, KeepStopped, Paused, child_of
 from tests.fixtures.waiting import wait_for
 from wire.fingerprint import wire_messages
 
@@ -371,6 +373,10 @@ def test_sigterm_stops_every_process_cleanly(two_process_broker: BrokerProcess) 
     # process 1 said it stops before its handoff link closed: no line reads like a failure
     ends = [line for line in broker.log().splitlines() if "handoff link" in line]
     assert ends and all(" DEBUG " in line for line in ends), ends
+    # nothing of the broker's left in its ipc dir (the supervisor's generations file too),
+    # and the dir gone
+    ipc = gateway_ipc_dir(default_ipc_dir(), broker.data_dir.resolve(), "node-1")
+    assert not Path(ipc).exists(), sorted(os.listdir(ipc))
 
 
 # Where in the start of a broker of two processes SIGTERM comes: the line of its output
@@ -915,38 +921,29 @@ def test_a_produce_for_a_paused_process_is_answered_by_its_timeout_ms(
     topic = "paused"
     worker, mine, theirs = topic_over_both_processes(broker, topic, 4)
     client = connection_on_process_0(broker, worker, topic, mine[0])
-    held = broker.hold_worker(worker)
-    keeper: KeepStopped | None = None
     try:
-        assert held.send_signal(signal.SIGSTOP)
-        keeper = KeepStopped(held, "process 1")
-        assert keeper.watching.wait(5), "process 1 did not stop"
-        started = time.monotonic()
-        answer = client.produce(topic, theirs[0], record_batch([(None, b"late")]), acks=-1,
-                                timeout_ms=1500)
-        took = time.monotonic() - started
-        assert keeper.continued == 0, "process 1 ran meanwhile (a SIGCONT not the test's)"
-        assert answer.error_code == 7, answer  # REQUEST_TIMED_OUT
-        assert "did not answer within 2500 ms" in answer.error_message, answer
-        assert 1.5 <= took < 10, took
-        # the same connection serves on: process 0's partition takes records
-        answer = client.produce(topic, mine[0], record_batch([(None, b"mine")]), acks=-1,
-                                timeout_ms=1500)
-        assert answer.error_code == 0, answer
-        assert "answered by the call's deadline" in wait_for_log(
-            broker, "answered by the call's deadline")
-        keeper.end()
-        keeper = None
-        assert held.send_signal(signal.SIGCONT)
-        answer = client.produce(topic, theirs[0], record_batch([(None, b"after")]), acks=-1)
-        assert answer.error_code == 0, answer
-        got = [v for _o, _k, v in read_records(client.fetch(topic, theirs[0], 0).records)]
-        assert got in ([b"after"], [b"late", b"after"]), got
+        with Paused(broker.hold_worker(worker), "process 1") as paused:
+            started = time.monotonic()
+            answer = client.produce(topic, theirs[0], record_batch([(None, b"late")]),
+                                    acks=-1, timeout_ms=1500)
+            took = time.monotonic() - started
+            assert paused.continued == 0, "process 1 ran meanwhile (a SIGCONT not the test's)"
+            assert answer.error_code == 7, answer  # REQUEST_TIMED_OUT
+            assert "did not answer within 2500 ms" in answer.error_message, answer
+            assert 1.5 <= took < 10, took
+            # the same connection serves on: process 0's partition takes records
+            answer = client.produce(topic, mine[0], record_batch([(None, b"mine")]), acks=-1,
+                                    timeout_ms=1500)
+            assert answer.error_code == 0, answer
+            assert "answered by the call's deadline" in wait_for_log(
+                broker, "answered by the call's deadline")
+            paused.resume()
+            answer = client.produce(topic, theirs[0], record_batch([(None, b"after")]),
+                                    acks=-1)
+            assert answer.error_code == 0, answer
+            got = [v for _o, _k, v in read_records(client.fetch(topic, theirs[0], 0).records)]
+            assert got in ([b"after"], [b"late", b"after"]), got
     finally:
-        if keeper is not None:
-            keeper.end()
-        held.send_signal(signal.SIGCONT)
-        held.close()
         client.close()
 
 
@@ -1000,48 +997,39 @@ def test_a_fetch_naming_a_paused_process_serves_the_other_partitions(
     at = answer.base_offset
     answer = client.produce(topic, theirs[0], record_batch([(None, b"theirs")]))
     assert answer.error_code == 0, answer
-    held = broker.hold_worker(worker)
-    keeper: KeepStopped | None = None
     try:
-        assert held.send_signal(signal.SIGSTOP)
-        keeper = KeepStopped(held, "process 1")
-        assert keeper.watching.wait(5), "process 1 did not stop"
-        for max_wait_ms in (0, 6_000):
+        with Paused(broker.hold_worker(worker), "process 1") as paused:
+            for max_wait_ms in (0, 6_000):
+                started = time.monotonic()
+                got = fetch_partitions(client, topic, {mine[0]: at, theirs[0]: 0}, max_wait_ms)
+                took = time.monotonic() - started
+                assert got[mine[0]].error_code == 0, got
+                assert values_of(got[mine[0]]) == [b"mine"], got
+                assert got[theirs[0]].error_code == NOT_LEADER, got
+                assert values_of(got[theirs[0]]) == []
+                # the deadline (5 s at least), well before the abandon (60 s): a loaded host's
+                # slack above it
+                assert max(5, max_wait_ms / 1000) <= took < 20, (max_wait_ms, took)
             started = time.monotonic()
-            got = fetch_partitions(client, topic, {mine[0]: at, theirs[0]: 0}, max_wait_ms)
-            took = time.monotonic() - started
-            assert got[mine[0]].error_code == 0, got
-            assert values_of(got[mine[0]]) == [b"mine"], got
-            assert got[theirs[0]].error_code == NOT_LEADER, got
-            assert values_of(got[theirs[0]]) == []
-            # the deadline (5 s at least), well before the abandon (60 s): a loaded host's
-            # slack above it
-            assert max(5, max_wait_ms / 1000) <= took < 20, (max_wait_ms, took)
-        started = time.monotonic()
-        offsets = latest_offsets(client, topic, [mine[0], theirs[0]])
-        assert 5 <= time.monotonic() - started < 20
-        assert (offsets[mine[0]].error_code, offsets[mine[0]].offset) == (0, at + 1), offsets
-        assert offsets[theirs[0]].error_code == NOT_LEADER, offsets
-        assert keeper.continued == 0, "process 1 ran meanwhile"
-        # the same connection serves on
-        answer = client.produce(topic, mine[0], record_batch([(None, b"more")]))
-        assert answer.error_code == 0, answer
-        assert values_of(client.fetch(topic, mine[0], at + 1)) == [b"more"]
-        assert "answered by the call's deadline" in broker.log()
-        keeper.end()
-        keeper = None
-        assert held.send_signal(signal.SIGCONT)
-        got = wait_for(lambda: (lambda g: g if all(r.error_code == 0 for r in g.values())
-                                else None)(fetch_partitions(client, topic,
-                                                            {mine[0]: at, theirs[0]: 0}, 0)),
-                       what="both partitions served after the resume", timeout=30)
-        assert values_of(got[mine[0]]) == [b"mine", b"more"], got
-        assert values_of(got[theirs[0]]) == [b"theirs"], got
+            offsets = latest_offsets(client, topic, [mine[0], theirs[0]])
+            assert 5 <= time.monotonic() - started < 20
+            assert (offsets[mine[0]].error_code, offsets[mine[0]].offset) == (0, at + 1), offsets
+            assert offsets[theirs[0]].error_code == NOT_LEADER, offsets
+            assert paused.continued == 0, "process 1 ran meanwhile"
+            # the same connection serves on
+            answer = client.produce(topic, mine[0], record_batch([(None, b"more")]))
+            assert answer.error_code == 0, answer
+            assert values_of(client.fetch(topic, mine[0], at + 1)) == [b"more"]
+            assert "answered by the call's deadline" in wait_for_log(
+                broker, "answered by the call's deadline")
+            paused.resume()
+            got = wait_for(lambda: (lambda g: g if all(r.error_code == 0 for r in g.values())
+                                    else None)(fetch_partitions(client, topic,
+                                                                {mine[0]: at, theirs[0]: 0}, 0)),
+                           what="both partitions served after the resume", timeout=30)
+            assert values_of(got[mine[0]]) == [b"mine", b"more"], got
+            assert values_of(got[theirs[0]]) == [b"theirs"], got
     finally:
-        if keeper is not None:
-            keeper.end()
-        held.send_signal(signal.SIGCONT)
-        held.close()
         client.close()
 
 
@@ -1134,12 +1122,7 @@ def test_a_consumer_keeps_reading_process_0s_partition_while_process_1_is_paused
 
 def paused_consumer_reads(broker: BrokerProcess, worker: int, topic: str, consumer: Any,
                           writer: RawClient, mine: list[int], theirs: list[int]) -> None:
-    held = broker.hold_worker(worker)
-    keeper: KeepStopped | None = None
-    try:
-        assert held.send_signal(signal.SIGSTOP)
-        keeper = KeepStopped(held, "process 1")
-        assert keeper.watching.wait(5), "process 1 did not stop"
+    with Paused(broker.hold_worker(worker), "process 1") as paused:
         sent = [b"m-%d" % i for i in range(20)]
         for value in sent:
             answer = writer.produce(topic, mine[0], record_batch([(None, value)]))
@@ -1155,10 +1138,8 @@ def paused_consumer_reads(broker: BrokerProcess, worker: int, topic: str, consum
                     got.append(msg.value())
         assert not errors, errors
         assert got == sent, got
-        assert keeper.continued == 0, "process 1 ran meanwhile"
-        keeper.end()
-        keeper = None
-        assert held.send_signal(signal.SIGCONT)
+        assert paused.continued == 0, "process 1 ran meanwhile"
+        paused.resume()
         produce_all(broker.bootstrap, topic, {theirs[0]: [b"t-after"]})
         after: list[bytes] = []
         deadline = time.monotonic() + 30
@@ -1167,11 +1148,6 @@ def paused_consumer_reads(broker: BrokerProcess, worker: int, topic: str, consum
                 assert msg.error() is None, msg.error()
                 after.append(msg.value())
         assert after == [b"t-after"], after
-    finally:
-        if keeper is not None:
-            keeper.end()
-        held.send_signal(signal.SIGCONT)
-        held.close()
 
 
 def test_sigterm_leaves_the_marker_and_every_shards_checkpoint(

@@ -15,7 +15,6 @@ connections, too). Every acknowledged record is read back exactly once, in order
 
 from __future__ import annotations
 
-import signal
 import time
 from contextlib import ExitStack
 from typing import Any
@@ -30,7 +29,7 @@ from tests.cluster.test_replication import FAST, TOPIC, KeyedProducer, create_to
 from tests.cluster.test_transactions_cluster import CONFIG as TXN_CONFIG
 from tests.cluster.test_transactions_cluster import commit_abort_commit
 from tests.fixtures.cluster import Cluster, wait_for
-from tests.fixtures.pids import KeepStopped
+from tests.fixtures.pids import Paused
 from tests.fixtures.replication import values_of
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
@@ -223,28 +222,20 @@ def test_a_leader_whose_process_1_is_paused_keeps_replicating_its_process_0s_par
     [worker] = lead.worker_pids()
     client = connection_on_process_0(lead.process, worker, TOPIC, mine[0])
     client.sock.settimeout(60)  # (an acks=all answer takes up to two ~5 s replica fetches)
-    held = lead.process.hold_worker(worker)
-    keeper: KeepStopped | None = None
     try:
-        assert held.send_signal(signal.SIGSTOP)
-        keeper = KeepStopped(held, "process 1 of broker 1")
-        assert keeper.watching.wait(5), "process 1 did not stop"
-        codes = []
-        # past the lag time and an ISR check after it (every lag / 2)
-        until = time.monotonic() + 1.5 * lag_ms / 1000
-        while time.monotonic() < until and len(codes) < 200:
-            answer = client.produce(TOPIC, mine[0], record_batch([(None, b"7")]), acks=-1,
-                                    timeout_ms=30_000)
-            codes.append(answer.error_code)
-        assert set(codes) == {0}, codes
-        isr = cluster.nodes[2].metadata([TOPIC]).partitions[(TOPIC, mine[0])].isr
-        assert len(isr) == 3, isr
-        assert keeper.continued == 0, "process 1 ran meanwhile"
+        with Paused(lead.process.hold_worker(worker), "process 1 of broker 1") as paused:
+            codes = []
+            # past the lag time and an ISR check after it (every lag / 2)
+            until = time.monotonic() + 1.5 * lag_ms / 1000
+            while time.monotonic() < until and len(codes) < 200:
+                answer = client.produce(TOPIC, mine[0], record_batch([(None, b"7")]),
+                                        acks=-1, timeout_ms=30_000)
+                codes.append(answer.error_code)
+            assert set(codes) == {0}, codes
+            isr = cluster.nodes[2].metadata([TOPIC]).partitions[(TOPIC, mine[0])].isr
+            assert len(isr) == 3, isr
+            assert paused.continued == 0, "process 1 ran meanwhile"
     finally:
-        if keeper is not None:
-            keeper.end()
-        held.send_signal(signal.SIGCONT)
-        held.close()
         client.close()
 
 

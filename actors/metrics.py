@@ -65,6 +65,14 @@ FAMILIES: dict[str, tuple[str, str]] = {
                                             "Fetch's or ListOffsets' NOT_LEADER_OR_FOLLOWER)"),
     "internal_answers_late": ("counter", "Answers to internal calls that came after their "
                                          "deadline had answered them (dropped)"),
+    "processes_marked_silent": ("counter", "Times a request handler took another process "
+                                           "of the broker as silent (a Fetch's, replica "
+                                           "fetch's or ListOffsets' call to it answered by "
+                                           "its deadline)"),
+    "processes_answering_again": ("counter", "Times a process taken as silent answered a "
+                                             "request handler again (the mark cleared)"),
+    "internal_calls_to_silent": ("counter", "Calls sent to a process taken as silent, with "
+                                            "the short deadline (max_wait_ms + 200 ms)"),
     "requests_dropped_after_close": ("counter", "Answers for connections already closed"),
     "requests_oversized": ("counter", "Requests over socket.request.max.bytes"),
     # topics

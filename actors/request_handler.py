@@ -241,6 +241,14 @@ class _InFlight:
 
 
 SWEEP_MS = 1000  # how often on_turn looks for abandoned requests (deadlines: sooner)
+# A process one of whose calls (Call.silence: a Read, a WatchFetch, a ListOffsets) its
+# deadline answered is marked silent by the handler till any answer from it comes; such a
+# call to it meanwhile is still sent, but its deadline is at most its max_wait_ms plus
+# this: while a process is paused, only the first fetch naming its partitions waits the
+# whole 5-10 s, the others 200 ms. A live process answers a Read in well under a
+# millisecond; one that resumed and is slower than this once gets one more
+# NOT_LEADER_OR_FOLLOWER, and its late answer clears the mark for the next call.
+SILENT_DEADLINE_MS = 200
 TIMED_OUT_KEPT = 10_000  # req ids of calls answered by their deadline, kept for late answers
 _INT16 = struct.Struct(">h")
 _INT16_PAIR = struct.Struct(">hh")
@@ -387,6 +395,11 @@ class RequestHandler(Actor):
         self.timed_out_ids: dict[int, None] = {}
         # by target node: one line an interval while a process does not answer
         self.deadline_warnings = process_limiter("call_deadline", self.node)
+        # process node -> when its silence was seen (a Call.silence call's deadline answered
+        # it); cleared by any answer from it, a late one included (on_reply)
+        self.silent_nodes: dict[str, int] = {}
+        # by (node, marked or answering again): one line of each an interval
+        self.silence_warnings = process_limiter("silent_process", self.node)
 
     # -------------------------------------------------------------- requests
     @handles(KafkaRequest)
@@ -511,6 +524,9 @@ class RequestHandler(Actor):
             state.max_wait_ns = call.max_wait_ms * 1_000_000
             state.calls = calls
             if call.on_timeout is not None:
+                if self.silent_nodes and call.silence and call.target.node in self.silent_nodes:
+                    call = self._shortened(call)
+                    state.calls = [call]
                 at = now + call.deadline_ms * 1_000_000
                 if at < self.next_sweep_ns:
                     self.next_sweep_ns = at
@@ -526,6 +542,11 @@ class RequestHandler(Actor):
             self.pending[rid] = (state, i)
             state.req_ids.append(rid)
             if call.on_timeout is not None:
+                if self.silent_nodes and call.silence and call.target.node in self.silent_nodes:
+                    call = self._shortened(call)
+                    if state.calls is calls:  # (the API's own list left as it was)
+                        state.calls = list(calls)
+                    state.calls[i] = call
                 at = now + call.deadline_ms * 1_000_000
                 if at < self.next_sweep_ns:
                     self.next_sweep_ns = at
@@ -543,6 +564,10 @@ class RequestHandler(Actor):
              OffsetForLeaderEpochDone, AlterReassignmentsDone, ListReassignmentsDone,
              AddPartitionsRefused, DescribeProducersDone)
     def on_reply(self, msg: Any) -> None:
+        if self.silent_nodes:  # any answer, a late one too, says its process runs again
+            sender = self.current_sender
+            if sender is not None and sender.node in self.silent_nodes:
+                self._heard(sender.node)
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:
             if msg.req_id in self.timed_out_ids:  # its deadline answered it: dropped
@@ -769,6 +794,11 @@ class RequestHandler(Actor):
         if len(self.timed_out_ids) > TIMED_OUT_KEPT:
             del self.timed_out_ids[next(iter(self.timed_out_ids))]
         self.node.metrics.incr("internal_calls_timed_out")
+        # (one shortened while its process was marked does not mark it again: that process
+        # answered since, and was slower than SILENT_DEADLINE_MS alone)
+        if (call.silence and call.deadline_ms > max(0, call.max_wait_ms) + SILENT_DEADLINE_MS
+                and call.target.node not in self.silent_nodes):
+            self._mark_silent(call.target.node, now)
         admitted = self.deadline_warnings.admit(call.target.node, now)
         if admitted is not None:
             what = (f"API {state.header.api_key} on connection {state.msg.conn_id}"
@@ -794,6 +824,39 @@ class RequestHandler(Actor):
         state.waiting -= 1
         if state.waiting == 0:
             self._advance(state, state.replies)
+
+    def _shortened(self, call: Call) -> Call:
+        """A Call.silence call to a process marked silent: sent, its deadline at most its
+        max_wait_ms plus SILENT_DEADLINE_MS."""
+        self.node.metrics.incr("internal_calls_to_silent")
+        return call._replace(deadline_ms=min(call.deadline_ms,
+                                             max(0, call.max_wait_ms) + SILENT_DEADLINE_MS))
+
+    def _mark_silent(self, node: str, now: int) -> None:
+        """A call's deadline answered it: ``node``'s process is taken as silent till it
+        answers anything."""
+        self.silent_nodes[node] = now
+        self.node.metrics.incr("processes_marked_silent")
+        admitted = self.silence_warnings.admit((node, True), now)
+        if admitted is not None:
+            self.log.warning("process {} is taken as silent: a call to it got no answer by "
+                             "its deadline; until it answers, its calls with a deadline get "
+                             "at most {} ms past their max_wait_ms ({} more such held back "
+                             "since the last line; one line {})", node, SILENT_DEADLINE_MS,
+                             admitted[0], _interval_text(self.silence_warnings.interval_ns))
+
+    def _heard(self, node: str) -> None:
+        """An answer from ``node``, marked silent: it runs again, its calls get their own
+        deadlines."""
+        now = self._monotonic_ns()
+        since = self.silent_nodes.pop(node)
+        self.node.metrics.incr("processes_answering_again")
+        admitted = self.silence_warnings.admit((node, False), now)
+        if admitted is not None:
+            self.log.warning("process {} answers again, {} ms after it was taken as silent; "
+                             "its calls get their own deadlines ({} more such held back since "
+                             "the last line; one line {})", node, (now - since) // 1_000_000,
+                             admitted[0], _interval_text(self.silence_warnings.interval_ns))
 
     def _abandon(self, state: _InFlight, why: str) -> None:
         for rid in state.req_ids:

@@ -126,7 +126,8 @@ def watch_call(ctx: HandlerContext, purgatory: Any, make: Callable[[int], WatchF
     if not in_another_process(ctx, purgatory):
         return Call(purgatory, make, max_wait_ms)
     return Call(purgatory, make, max_wait_ms, max(0, max_wait_ms) + WATCH_DEADLINE_GRACE_MS,
-                functools.partial(FetchReady, reason="handler deadline", timed_out=True))
+                functools.partial(FetchReady, reason="handler deadline", timed_out=True),
+                silence=True)
 
 
 def _read(replica_id: int, max_bytes: int, rows: list[ReadRow],
@@ -147,7 +148,7 @@ def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
             continue
         calls.append(Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, False), 0,
                           deadline_ms + carry_ms(shard_rows, max_bytes),
-                          functools.partial(read_timed_out, rows=shard_rows)))
+                          functools.partial(read_timed_out, rows=shard_rows), silence=True))
     return calls
 
 

@@ -54,7 +54,7 @@ def _call(ctx: HandlerContext, shard: Address, isolation: int,
     if not in_another_process(ctx, shard):
         return Call(shard, _list_offsets(isolation, rows))
     return Call(shard, _list_offsets(isolation, rows), 0, LIST_OFFSETS_DEADLINE_MS,
-                functools.partial(_timed_out, rows=rows))
+                functools.partial(_timed_out, rows=rows), silence=True)
 
 
 # Kafka's ReplicaManager.timestampMinSupportedVersion: the special (negative) timestamps and

@@ -75,7 +75,7 @@ def _calls(ctx: HandlerContext, msg: ReplicaFetch, rows: list[ReplicaReadRow],
             calls.append(Call(shard, make))
             continue
         calls.append(Call(shard, make, 0, deadline_ms + carry_ms(shard_rows, msg.max_bytes),
-                          functools.partial(_timed_out, rows=shard_rows)))
+                          functools.partial(_timed_out, rows=shard_rows), silence=True))
     return calls
 
 

@@ -226,7 +226,9 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                       "Fetch's partitions NOT_LEADER_OR_FOLLOWER by its "
                                       "read's deadline, 5 to 10 s and the time to carry "
                                       "its bytes, a ListOffsets' by 5 s, for a shard of "
-                                      "another process; fixed, not scaled by this)"),
+                                      "another process, 200 ms while that process is "
+                                      "taken as silent (a deadline passed, no answer "
+                                      "since); fixed, not scaled by this)"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),

@@ -19,7 +19,7 @@ import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -39,7 +39,7 @@ from actors.apis.fetch import (
 )
 from actors.apis.list_offsets import LIST_OFFSETS_DEADLINE_MS
 from actors.core.topic_store import TopicEntry
-from actors.request_handler import RequestHandler
+from actors.request_handler import SILENT_DEADLINE_MS, RequestHandler
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
@@ -57,6 +57,7 @@ from wire.broker_messages import (
     ReadRow,
     WatchFetch,
 )
+from wire.registry import message
 from wire.replication_messages import ReplicaFetch, ReplicaFetchRow, ReplicaReadRow
 
 NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER
@@ -76,6 +77,15 @@ def _partition_of(topo: Topology, node: str) -> int:
                 if topo.shard_for("t", p).node == node == topo.purgatory_for("t", p).node)
 
 
+@message(9881)
+class Hold(NamedTuple):
+    """Tells the stand-in Shard to keep its Reads (``held``) or answer them; with
+    ``answer_kept``, it first answers those it kept (late: its process ran again)."""
+
+    held: bool
+    answer_kept: bool
+
+
 class Shard(Actor):
     """Stands for a shard: answers every Read with no records (nothing past the offset),
     or, ``held``, keeps every Read (its process does not answer)."""
@@ -86,17 +96,34 @@ class Shard(Actor):
 
     def setup(self) -> None:
         self.reads = 0
+        self.kept: list[tuple[Any, Read]] = []
 
     @handles(Read)
     def on_read(self, msg: Read) -> None:
         self.reads += 1
-        if not self.held:
-            self.reply(ReadDone(msg.req_id, [ReadDoneRow(r.topic, r.partition, 0, 0, 0, b"",
-                                                         0, 0, 0) for r in msg.rows]))
+        if self.held:
+            self.kept.append((self.current_sender, msg))
+        else:
+            self.reply(_empty(msg))
+
+    @handles(Hold)
+    def on_hold(self, msg: Hold) -> int:
+        """Answers the number of kept Reads it answered."""
+        self.held = msg.held
+        kept, self.kept = (self.kept, []) if msg.answer_kept else ([], self.kept)
+        for sender, read in kept:
+            self.tell(sender, _empty(read))
+        return len(kept)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> Any:
         return self.reads
+
+
+def _empty(msg: Read) -> ReadDone:
+    """A Read's answer with no records (nothing past the offset)."""
+    return ReadDone(msg.req_id, [ReadDoneRow(r.topic, r.partition, 0, 0, 0, b"", 0, 0, 0)
+                                 for r in msg.rows])
 
 
 class HeldPurgatory(Actor):
@@ -227,6 +254,52 @@ def test_a_read_its_shard_does_not_answer_is_not_leader_or_follower_by_its_deadl
     assert handler.node.metrics.get("requests_abandoned") == 0
 
 
+@pytest.mark.parametrize("handler", [True], indirect=True)  # (a shard that keeps its Reads)
+@pytest.mark.parametrize("answer", ["late", "live"])
+def test_a_process_whose_read_timed_out_gets_the_short_deadline_till_it_answers(
+        handler: Handler, answer: str) -> None:
+    """The first fetch naming a partition of a process that does not answer waits the
+    read's whole deadline and marks that process silent; the next is still sent there (the
+    shard gets its Read) but answered NOT_LEADER_OR_FOLLOWER by SILENT_DEADLINE_MS. Any
+    answer from that process clears the mark: ``late``, the shard answers the two Reads it
+    kept (their deadlines answered them); ``live``, it answers the next fetch's Read. The
+    fetch after that, the shard keeping its Reads again, waits the whole deadline again."""
+    metrics = handler.node.metrics
+    deadline = READ_DEADLINE_FLOOR_MS + (1 << 20) // CARRY_BYTES_PER_MS
+
+    def fetch(conn: int, error_code: int) -> float:
+        """A fetch of the process's partition on ``conn``: how long its answer took."""
+        sent = handler.fetch(conn, 0)
+        respond, close, frame, at = handler.answered(conn)
+        assert (respond, close) == (True, False), "the connection must stay open"
+        assert _partition(frame).error_code == error_code, _partition(frame)
+        return (at - sent) / 1e6
+
+    waited_ms = fetch(1, NOT_LEADER)
+    assert deadline <= waited_ms < deadline + 3000, waited_ms
+    assert metrics.get("processes_marked_silent") == 1
+    waited_ms = fetch(2, NOT_LEADER)
+    # its own deadline is 5.1 s: a tenth of it is a loaded host's slack for the 200 ms
+    assert SILENT_DEADLINE_MS <= waited_ms < deadline / 10, waited_ms
+    assert handler.p1.ask(handler.shard, GetStats()) == 2, "the second Read is sent too"
+    assert metrics.get("internal_calls_to_silent") == 1
+    assert metrics.get("processes_marked_silent") == 1, "marked once"
+    assert metrics.get("processes_answering_again") == 0
+    if answer == "late":
+        assert handler.p1.ask(handler.shard, Hold(held=True, answer_kept=True)) == 2
+        wait_for(lambda: metrics.get("internal_answers_late") == 2, "the late answers")
+    else:
+        handler.p1.ask(handler.shard, Hold(held=False, answer_kept=False))
+        fetch(3, 0)  # answered by the shard (under the short deadline: still marked)
+        assert metrics.get("internal_calls_to_silent") == 2
+        handler.p1.ask(handler.shard, Hold(held=True, answer_kept=False))
+    assert metrics.get("processes_answering_again") == 1
+    waited_ms = fetch(4, NOT_LEADER)
+    assert deadline <= waited_ms < deadline + 3000, waited_ms
+    assert metrics.get("processes_marked_silent") == 2
+    assert metrics.get("requests_abandoned") == 0
+
+
 def test_the_read_deadline_is_max_wait_ms_within_its_floor_and_cap() -> None:
     floor, cap = READ_DEADLINE_FLOOR_MS, READ_DEADLINE_CAP_MS
     assert (floor, cap) == (5_000, 10_000)  # never reached by a live process, however busy
@@ -291,6 +364,8 @@ def test_only_the_calls_to_another_process_have_a_deadline() -> None:
         assert call.deadline_ms == 0, (what, call)
     calls = _calls(ctx, _partition_of(topo, P1))
     assert all(call.on_timeout is not None for call in calls.values()), calls
+    # their deadlines passing says the process is silent (the handler's short deadlines)
+    assert all(call.silence for call in calls.values()), calls
     carry = (1 << 20) // CARRY_BYTES_PER_MS
     assert {what: call.deadline_ms for what, call in calls.items()} == {
         "read": 5_000 + carry, "watch": 500 + 1_000, "replica_read": 5_000 + carry,

@@ -169,6 +169,9 @@ def test_an_unanswered_append_is_answered_request_timed_out_by_its_deadline(
     assert handler.in_flight() == 1  # the far one
     assert handler.node.metrics.get("internal_calls_timed_out") == 1
     assert handler.node.metrics.get("requests_abandoned") == 0
+    # an Append's deadline (acks=-1 waits for the followers too) marks no process silent:
+    # the next Produce to it gets its own deadline, not the short one of a Fetch's Read
+    assert handler.node.metrics.get("processes_marked_silent") == 0
     # the shard's process runs again and answers: too late, dropped and counted
     [[req_id, acks, timeout_ms]] = [h for h in handler.held() if h[2] == 100]
     assert (acks, timeout_ms) == (-1, 100)

@@ -942,21 +942,28 @@ class Cluster:
     def wait_processes_serving(self, node_id: int, timeout_s: float) -> dict[int, int]:
         """Until every process 1.. of the node (num.processes of its config, or as many as
         run when that is 0, one per CPU) runs and serves: the node finished its start, and
-        its supervisor watches them. Index -> pid; ClusterError after ``timeout_s``."""
+        its supervisor watches them. Index -> pid; ClusterError after ``timeout_s``. A look
+        over ssh that fails (SshFailed: a hiccup of the connection) is made again till then."""
         plan = self.plans[node_id]
         wanted = int(plan.config.get("num.processes", 0))
         deadline = time.monotonic() + timeout_s
         while True:
-            found = self.node_processes(node_id)
-            others = {k: info.pid for k, info in found.items() if k > 0}
-            if (found and others and (wanted == 0 or len(others) == wanted - 1)
-                    and all(self.process_serves(node_id, k, pid) for k, pid in others.items())):
-                return others
+            failed: SshFailed | None = None
+            try:
+                found = self.node_processes(node_id)
+                others = {k: info.pid for k, info in found.items() if k > 0}
+                if (found and others and (wanted == 0 or len(others) == wanted - 1)
+                        and all(self.process_serves(node_id, k, pid)
+                                for k, pid in others.items())):
+                    return others
+            except SshFailed as exc:  # an ssh hiccup says nothing of the node: looked again
+                found, failed = {}, exc
             if time.monotonic() > deadline:
                 raise ClusterError(
                     f"node {node_id} on {plan.host.name}: not every process serves within "
-                    f"{timeout_s:g} s (" + (f"running: {sorted(found)}" if found
-                                            else "the node does not run") + ")")
+                    f"{timeout_s:g} s (" + (f"running: {sorted(found)}" if found else
+                                            f"its last look failed: {failed}" if failed else
+                                            "the node does not run") + ")")
             time.sleep(0.1)
 
     def kill_process(self, node_id: int, index: int) -> int:
@@ -1014,13 +1021,18 @@ class Cluster:
     def wait_stopped(self, node_id: int, timeout_s: float) -> bool:
         """Until none of the node's processes runs (a node whose supervisor gave up may
         still be shutting down: started again then, it would be found running and left
-        alone, to exit just after); False if some still ran after ``timeout_s``."""
+        alone, to exit just after); False if some still ran after ``timeout_s``. A look that
+        finds none is made twice, and one over ssh that fails is made again, till then."""
         deadline = time.monotonic() + timeout_s
-        while self.node_processes(node_id):
+        while True:
+            try:  # none is looked for twice: a failed ps on the host reads as none
+                if not processes_looked_at_twice(lambda: self.node_processes(node_id)):
+                    return True
+            except SshFailed:  # an ssh hiccup (the second look's too): not known yet
+                pass
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
-        return True
 
     def gave_up_line(self, node_id: int, since: str = "") -> str | None:
         """The line of the node's log that says its supervisor gave up on a process (the

@@ -38,7 +38,7 @@ from actors.hosts.cluster import Cluster, ClusterError, SupervisorGaveUp, open_s
 from actors.hosts.faults import FaultError, Netem
 from actors.hosts.probe import metadata
 from actors.hosts.runner import Result as HostResult
-from actors.hosts.runner import local_version
+from actors.hosts.runner import SshFailed, local_version
 from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
 from actors.processes import RESTART_WINDOW_S, RESTARTS_MAX
@@ -1323,21 +1323,36 @@ def test_a_killed_process_of_a_node_is_restarted_and_a_supervisor_that_gives_up_
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Cluster.kill_process: SIGKILL to process 1 of a node alone; its supervisor restarts it
     (wait_process_restarted: another pid, serving; one failed ps meanwhile, as an ssh hiccup
-    gives, is not a node gone). Killed past RESTARTS_MAX times within RESTART_WINDOW_S, the
+    gives, is not a node gone; nor is an ssh failure, SshFailed, under
+    wait_processes_serving or wait_stopped: they raised it, ending a chaos run). Killed past RESTARTS_MAX times within RESTART_WINDOW_S, the
     supervisor stops the broker: SupervisorGaveUp, in its words."""
     data = _up_one_node_of_two_processes(spec_file, zk_connect)
     cluster = Cluster(load_spec(spec_file), say=lambda line: None)
+    runner = cluster.runners["here"]
+    real_run = runner.run
+    hiccups = {"due": 1, "seen": 0}
+
+    def ssh_hiccup_at_next_ps(command: list[str], **kwargs: Any) -> HostResult:
+        """The next ``ps`` fails as ssh does when its connection drops (exit 255)."""
+        if command[:1] == ["ps"] and hiccups["due"]:
+            hiccups["due"] -= 1
+            hiccups["seen"] += 1
+            raise SshFailed("host here: ssh failed: Connection reset by peer (a test's)")
+        return real_run(command, **kwargs)
+
     try:
         node, second = _hold_both_processes(data, holds)
-        assert cluster.wait_processes_serving(1, 60) == {1: second.pid}
+        # an ssh hiccup under the waits is looked at again, not the wait's end
+        with monkeypatch.context() as patch:
+            patch.setattr(runner, "run", ssh_hiccup_at_next_ps)
+            assert cluster.wait_processes_serving(1, 60) == {1: second.pid}
+            assert hiccups == {"due": 0, "seen": 1}
         assert {k: p.pid for k, p in cluster.node_processes(1).items()} == {
             0: node.pid, 1: second.pid}
         kills = [time.monotonic()]
         assert cluster.kill_process(1, 1) == second.pid
         assert second.exited(timeout_s=10)
         # the next look at the node's process fails (its ps, as over ssh that hiccups)
-        runner = cluster.runners["here"]
-        real_run = runner.run
         failed: list[list[str]] = []
 
         def run_failing_once(command: list[str], **kwargs: Any) -> HostResult:
@@ -1376,7 +1391,11 @@ def test_a_killed_process_of_a_node_is_restarted_and_a_supervisor_that_gives_up_
         assert f"died {RESTARTS_MAX + 1} times within {RESTART_WINDOW_S:.0f} s; stopping " \
             "the broker" in gave_up.reason, gave_up.reason
         assert str(gave_up).startswith("node 1 stopped instead of restarting its process 1: ")
-        assert cluster.wait_stopped(1, 30) and node.exited(timeout_s=5)
+        hiccups["due"] = 1
+        with monkeypatch.context() as patch:
+            patch.setattr(runner, "run", ssh_hiccup_at_next_ps)
+            assert cluster.wait_stopped(1, 30) and node.exited(timeout_s=5)
+            assert hiccups == {"due": 0, "seen": 2}
     finally:
         cluster.close()
         down = cli("down", "--spec", str(spec_file))

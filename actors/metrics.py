@@ -65,6 +65,9 @@ FAMILIES: dict[str, tuple[str, str]] = {
                                             "Fetch's or ListOffsets' NOT_LEADER_OR_FOLLOWER)"),
     "internal_answers_late": ("counter", "Answers to internal calls that came after their "
                                          "deadline had answered them (dropped)"),
+    "internal_answers_unknown": ("counter", "Answers to no pending internal call (one to "
+                                            "a request abandoned or ended before it came; "
+                                            "dropped)"),
     "processes_marked_silent": ("counter", "Times a request handler took another process "
                                            "of the broker as silent (a Fetch's, replica "
                                            "fetch's or ListOffsets' call to it answered by "

@@ -400,6 +400,8 @@ class RequestHandler(Actor):
         self.silent_nodes: dict[str, int] = {}
         # by (node, marked or answering again): one line of each an interval
         self.silence_warnings = process_limiter("silent_process", self.node)
+        # by sender node: answers to no pending call (on_reply)
+        self.unknown_warnings = process_limiter("unknown_answer", self.node)
 
     # -------------------------------------------------------------- requests
     @handles(KafkaRequest)
@@ -574,8 +576,7 @@ class RequestHandler(Actor):
                 del self.timed_out_ids[msg.req_id]
                 self.node.metrics.incr("internal_answers_late")
             else:
-                self.log.warning("answer {} to unknown request {}", type(msg).__name__,
-                                 msg.req_id)
+                self._unknown_answer(msg)
             _close_reply_regions([msg])
             return
         state, i = entry
@@ -583,6 +584,23 @@ class RequestHandler(Actor):
         state.waiting -= 1
         if state.waiting == 0:
             self._advance(state, state.replies)
+
+    def _unknown_answer(self, msg: Any) -> None:
+        """An answer to no call of this handler: one to a request abandoned (its connection
+        closed) or ended by its process's restart, which that process sent after all, or
+        one past the TIMED_OUT_KEPT ids of calls answered by their deadline. Dropped and
+        counted; one line an interval by its sender's process (a process that resumes after
+        a long pause may send many at once)."""
+        self.node.metrics.incr("internal_answers_unknown")
+        sender = self.current_sender
+        admitted = self.unknown_warnings.admit(sender.node if sender is not None else None,
+                                               self._monotonic_ns())
+        if admitted is not None:
+            self.log.warning("answer {} to unknown request {} from {}, dropped (a request "
+                             "abandoned or ended before it came; {} more such held back "
+                             "since the last line; one line {})", type(msg).__name__,
+                             msg.req_id, sender, admitted[0],
+                             _interval_text(self.unknown_warnings.interval_ns))
 
     def _finish(self, state: _InFlight, respond: Respond) -> None:
         if state.reply_to is not None:

@@ -223,3 +223,21 @@ def test_the_produce_deadline_clamps_timeout_ms() -> None:
         assert produce_deadline_ms(acks, 2**31 - 1, 30_000) == cap + grace
         assert produce_deadline_ms(acks, 0, 2**31 - 1) == cap + grace
 
+
+
+def test_answers_to_no_pending_call_are_counted_and_said_once_an_interval(
+        handler: Handler) -> None:
+    """Answers to no call of the handler (a resumed process's answers to requests abandoned
+    meanwhile: here ids never sent) are dropped and counted, with one warning line for the
+    lot, not one each."""
+    for req_id in range(900_001, 900_051):
+        handler.node.tell(handler.handler, AppendDone(req_id, [
+            AppendDoneRow("t", 0, 0, 0, -1, 0, None)]), sender=handler.shard.name)
+    wait_for(lambda: handler.node.metrics.get("internal_answers_unknown") == 50,
+             "the unknown answers counted")
+    said = [line for line in handler.lines if "unknown request" in line]
+    assert len(said) == 1, said
+    assert "AppendDone to unknown request 900001 from " in said[0], said
+    # the handler serves on: a produce to the held shard is answered by its deadline
+    handler.produce(3, -1, 100)
+    assert _partition(handler.answered(3)[2]).error_code == TIMED_OUT

@@ -914,6 +914,8 @@ class RequestHandler(Actor):
         if msg.generation <= generations.get(gone, 0):
             return
         generations[gone] = msg.generation
+        if gone in self.silent_nodes:  # a new process, ready: not the one that was silent
+            self._heard(gone)
         # (a call to it that its deadline answered already waits no more: by call, not by
         # the request's targets)
         states = {id(st): st for st, i in self.pending.values()

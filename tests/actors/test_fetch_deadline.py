@@ -57,6 +57,7 @@ from wire.broker_messages import (
     ReadRow,
     WatchFetch,
 )
+from wire.cluster_messages import ProcessStarted
 from wire.registry import message
 from wire.replication_messages import ReplicaFetch, ReplicaFetchRow, ReplicaReadRow
 
@@ -255,15 +256,17 @@ def test_a_read_its_shard_does_not_answer_is_not_leader_or_follower_by_its_deadl
 
 
 @pytest.mark.parametrize("handler", [True], indirect=True)  # (a shard that keeps its Reads)
-@pytest.mark.parametrize("answer", ["late", "live"])
+@pytest.mark.parametrize("answer", ["late", "live", "restarted"])
 def test_a_process_whose_read_timed_out_gets_the_short_deadline_till_it_answers(
         handler: Handler, answer: str) -> None:
     """The first fetch naming a partition of a process that does not answer waits the
     read's whole deadline and marks that process silent; the next is still sent there (the
     shard gets its Read) but answered NOT_LEADER_OR_FOLLOWER by SILENT_DEADLINE_MS. Any
     answer from that process clears the mark: ``late``, the shard answers the two Reads it
-    kept (their deadlines answered them); ``live``, it answers the next fetch's Read. The
-    fetch after that, the shard keeping its Reads again, waits the whole deadline again."""
+    kept (their deadlines answered them); ``live``, it answers the next fetch's Read; so
+    does ``restarted``, the notice that the process was started again (a new process: the
+    silent one is gone). The fetch after that, the shard keeping its Reads again, waits
+    the whole deadline again."""
     metrics = handler.node.metrics
     deadline = READ_DEADLINE_FLOOR_MS + (1 << 20) // CARRY_BYTES_PER_MS
 
@@ -288,6 +291,9 @@ def test_a_process_whose_read_timed_out_gets_the_short_deadline_till_it_answers(
     if answer == "late":
         assert handler.p1.ask(handler.shard, Hold(held=True, answer_kept=True)) == 2
         wait_for(lambda: metrics.get("internal_answers_late") == 2, "the late answers")
+    elif answer == "restarted":
+        handler.node.tell(handler.handler, ProcessStarted(1, True, 1))
+        wait_for(lambda: metrics.get("processes_answering_again") == 1, "the mark cleared")
     else:
         handler.p1.ask(handler.shard, Hold(held=False, answer_kept=False))
         fetch(3, 0)  # answered by the shard (under the short deadline: still marked)

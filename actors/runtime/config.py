@@ -229,7 +229,10 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                       "its bytes, a ListOffsets', OffsetForLeaderEpoch's "
                                       "and DescribeProducers' by 5 s, a DescribeLogDirs "
                                       "leaving them out by 5 s, for a shard of "
-                                      "another process, 200 ms while that process is "
+                                      "another process; a group call to the first "
+                                      "process COORDINATOR_NOT_AVAILABLE by 5 s, an "
+                                      "OffsetCommit by 16.5 s, JoinGroup and SyncGroup "
+                                      "not; 200 ms while that process is "
                                       "taken as silent (a deadline passed, no answer "
                                       "since); fixed, not scaled by this)"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),

@@ -61,12 +61,15 @@ class Call(NamedTuple):
     deadline_ms: int = 0
     on_timeout: Callable[[int], Any] | None = None
     # ``silence``: a live process answers this call at once, or by max_wait_ms (a Read, a
-    # WatchFetch, a ListOffsets), so its deadline passing says the target's process is
-    # silent (paused, or not ready after a restart). The handler then marks that process
-    # and, till any answer from it, gives such calls to it at most max_wait_ms plus
-    # SILENT_DEADLINE_MS (request_handler.py), still sending them. A Produce's Append does
-    # not say so: acks=-1 waits for the followers too, and its REQUEST_TIMED_OUT sooner
-    # than timeout_ms would be a retry (a duplicate for a producer without idempotence).
+    # WatchFetch, a ListOffsets, an OffsetForLeaderEpoch, a DescribeProducers, a
+    # DescribeLogDir, a coordinator's Heartbeat, LeaveGroup, OffsetFetch, DescribeGroups,
+    # ListGroups), so its deadline passing says the target's process is silent (paused,
+    # or not ready after a restart). The handler then marks that process and, till any
+    # answer from it, gives such calls to it at most max_wait_ms plus SILENT_DEADLINE_MS
+    # (request_handler.py), still sending them. A Produce's Append does not say so:
+    # acks=-1 waits for the followers too, and its REQUEST_TIMED_OUT sooner than
+    # timeout_ms would be a retry (a duplicate for a producer without idempotence); nor
+    # does a DeleteRecords (it waits for the followers) or an OffsetCommit (for its write).
     silence: bool = False
 
 

@@ -26,18 +26,18 @@ from typing import Any
 from actors.apis import cluster
 from actors.apis.authorize import authorized_operations
 from actors.apis.base import (
-    PROMPT_DEADLINE_MS,
+    WRITE_DEADLINE_GRACE_MS,
     ApiGen,
     Call,
     HandlerContext,
     Respond,
     group_by_shard,
     partitions_timed_out,
+    prompt_call,
     remote_call,
     topic_change_wait_ms,
 )
 from actors.apis.metadata import _partition_rows, _uuid
-from actors.apis.produce import PRODUCE_DEADLINE_GRACE_MS
 from actors.core.partition_state import delete_records_wait_ms
 from actors.core.topic_config import INTERNAL_TOPICS
 from actors.runtime.address import Address
@@ -252,7 +252,7 @@ def handle_delete_records(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     """Each partition's log start moves to the offset; the answer is its low watermark.
 
     A shard of another process that does not answer by the request's own wait
-    (delete_records_wait_ms: its timeout_ms, capped) plus PRODUCE_DEADLINE_GRACE_MS, as a
+    (delete_records_wait_ms: its timeout_ms, capped) plus WRITE_DEADLINE_GRACE_MS, as a
     Produce's Append, has its partitions answered DELETE_TIMED_OUT; the grace lets the
     shard's own REQUEST_TIMED_OUT (followers too slow) come first. Its deadline passing
     does not say the process is silent (no ``silence``): the shard waits for the
@@ -272,7 +272,7 @@ def handle_delete_records(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         wait_ms = delete_records_wait_ms(req.timeout_ms)
         replies: list[DeleteRecordsDone] = yield [
             remote_call(ctx, shard, _delete_records(shard_rows, req.timeout_ms), wait_ms,
-                        wait_ms + PRODUCE_DEADLINE_GRACE_MS,
+                        wait_ms + WRITE_DEADLINE_GRACE_MS,
                         partitions_timed_out(DeleteRecordsDone, DELETE_TIMED_OUT, shard_rows),
                         False)
             for shard, shard_rows in by_shard.items()]
@@ -311,14 +311,14 @@ def handle_describe_log_dirs(ctx: HandlerContext, header: Any, req: Any) -> ApiG
     Kafka's code for a dir (KAFKA_STORAGE_ERROR) says every replica in it is offline to the
     admin client (LogDirDescription.error), which reassignment tools act on; the response
     has no per-partition code. A partition left out reads, to describeReplicaLogDirs, as
-    not found here for now, and the next request finds it. Only when no shard answered is
-    the dir answered KAFKA_STORAGE_ERROR, with nothing in it (no sizes to give)."""
+    not found here for now, and the next request finds it. When no shard answered the dir
+    is answered all the same, with no partitions and no sizes (-1)."""
     wanted = (None if req.topics is None else
               [TopicPartition(t.topic, p) for t in req.topics for p in t.partitions])
     shards = [ctx.topology.shard(i) for i in range(ctx.topology.num_shards)]
     replies: list[DescribeLogDirDone] = yield [
-        remote_call(ctx, shard, lambda rid: DescribeLogDir(rid, wanted), 0, PROMPT_DEADLINE_MS,
-                    _LOG_DIR_TIMED_OUT, True) for shard in shards]
+        prompt_call(ctx, shard, lambda rid: DescribeLogDir(rid, wanted), _LOG_DIR_TIMED_OUT)
+        for shard in shards]
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for reply in replies:
         for r in reply.rows:
@@ -327,9 +327,10 @@ def handle_describe_log_dirs(ctx: HandlerContext, header: Any, req: Any) -> ApiG
                 "offset_lag": r.offset_lag, "is_future_key": False})
     first = next((reply for reply in replies if reply.log_dir), None)
     if first is None:  # (every shard in processes that did not answer)
-        log_dir = str(Path(str(ctx.config["log.dirs"]).split(",")[0].strip()).resolve())
+        log_dir = next(d.strip() for d in f"{ctx.config['log.dirs']},.".split(",")
+                       if d.strip())
         return Respond({"throttle_time_ms": 0, "error_code": 0, "results": [{
-            "error_code": int(ErrorCode.KAFKA_STORAGE_ERROR), "log_dir": log_dir, "topics": [],
+            "error_code": 0, "log_dir": str(Path(log_dir).resolve()), "topics": [],
             "total_bytes": -1, "usable_bytes": -1}]})
     return Respond({"throttle_time_ms": 0, "error_code": 0, "results": [{
         "error_code": 0, "log_dir": first.log_dir,

@@ -365,6 +365,12 @@ NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 # delays (a needless error costs the client a metadata refresh and a back-off), and a stuck
 # process costs the other partitions of such a request this much.
 PROMPT_DEADLINE_MS = 5_000
+# How long past the time a write may rightly take (a Produce's or DeleteRecords' timeout_ms,
+# an OffsetCommit's own give-up) a call to another process waits before it is answered by
+# its deadline: the owner's own timeout answer, one link hop away, comes first unless its
+# process is stuck, and a leader's own write late by less than this on a loaded host is
+# never answered in error.
+WRITE_DEADLINE_GRACE_MS = 1000
 
 
 def remote_call(ctx: HandlerContext, target: Address, make: Callable[[int], Any],
@@ -381,6 +387,13 @@ def remote_call(ctx: HandlerContext, target: Address, make: Callable[[int], Any]
     if target.node == ctx.topology.node:
         return Call(target, make, max_wait_ms)
     return Call(target, make, max_wait_ms, deadline_ms, on_timeout, silence)
+
+
+def prompt_call(ctx: HandlerContext, target: Address, make: Callable[[int], Any],
+                on_timeout: Callable[[int], Any]) -> Call:
+    """A call a live actor answers at once (an index look-up, a walk of producer state, a
+    coordinator's Heartbeat): remote_call with PROMPT_DEADLINE_MS and ``silence``."""
+    return remote_call(ctx, target, make, 0, PROMPT_DEADLINE_MS, on_timeout, silence=True)
 
 
 class _Row(Protocol):

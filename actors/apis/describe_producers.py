@@ -29,13 +29,12 @@ from typing import Any
 
 from actors.apis.base import (
     NOT_LEADER,
-    PROMPT_DEADLINE_MS,
     ApiGen,
     HandlerContext,
     Respond,
     group_by_shard,
     partitions_timed_out,
-    remote_call,
+    prompt_call,
 )
 from actors.core.topic_config import validate_topic_name
 from actors.security.acl import Operation, ResourceType
@@ -106,9 +105,8 @@ def handle_describe_producers(ctx: HandlerContext, header: Any, req: Any) -> Api
                 asked.append(TopicPartition(*key))
     if asked:
         replies: list[DescribeProducersDone] = yield [
-            remote_call(ctx, shard, _ask(rows), 0, PROMPT_DEADLINE_MS,
-                        partitions_timed_out(DescribeProducersDone, PRODUCERS_TIMED_OUT, rows),
-                        True)
+            prompt_call(ctx, shard, _ask(rows),
+                        partitions_timed_out(DescribeProducersDone, PRODUCERS_TIMED_OUT, rows))
             for shard, rows in group_by_shard(ctx, asked).items()]
         for reply in replies:
             for row in reply.rows:

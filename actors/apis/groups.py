@@ -30,15 +30,15 @@ from typing import Any
 from actors.apis import cluster
 from actors.apis.authorize import authorized_operations
 from actors.apis.base import (
-    PROMPT_DEADLINE_MS,
+    WRITE_DEADLINE_GRACE_MS,
     ApiGen,
     Call,
     HandlerContext,
     Respond,
     partitions_timed_out,
+    prompt_call,
     remote_call,
 )
-from actors.apis.produce import PRODUCE_DEADLINE_GRACE_MS
 from actors.apis.transactions import ensure_transaction_topic, transaction_coordinator
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.group_coordinator import ANSWER_BUCKET_MS, ANSWER_MARGIN_MS, APPEND_TIMEOUT_MS
@@ -82,9 +82,14 @@ def _coordinator(ctx: HandlerContext, group_id: str) -> Any:
 COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 # An OffsetCommit's coordinator answers once its write is answered, or gives the write up
 # (REQUEST_TIMED_OUT) APPEND_TIMEOUT_MS plus its margin (and its timer's bucket) after it
-# sent it: a second past that, its silence is the process's, not the write's
+# sent it: a second past that, its silence is most likely the process's, not the write's.
+# The second covers the hop and the coordinator's mailbox only: on a loaded host a commit
+# may be answered COORDINATOR_NOT_AVAILABLE here and still be written. Its retry writes the
+# same offsets again; with three processes or more the retry may come through another
+# process's handler, over another link, and land before the first, which then sets the
+# older offsets back (records read again, none lost) -- as after an abandon before.
 OFFSET_COMMIT_DEADLINE_MS = (APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS + ANSWER_BUCKET_MS
-                             + PRODUCE_DEADLINE_GRACE_MS)
+                             + WRITE_DEADLINE_GRACE_MS)
 # The answers taken for a coordinator call its process did not answer by its deadline
 _HEARTBEAT_TIMED_OUT = functools.partial(HeartbeatDone, error_code=COORDINATOR_NOT_AVAILABLE)
 _LEAVE_TIMED_OUT = functools.partial(LeaveGroupDone, error_code=COORDINATOR_NOT_AVAILABLE,
@@ -94,13 +99,6 @@ _OFFSET_FETCH_TIMED_OUT = functools.partial(OffsetFetchDone,
 _LIST_TIMED_OUT = functools.partial(ListGroupsDone, error_code=COORDINATOR_NOT_AVAILABLE,
                                     rows=[])
 COMMIT_TIMED_OUT = OffsetCommitDoneRow("", -1, COORDINATOR_NOT_AVAILABLE)
-
-
-def _prompt_call(ctx: HandlerContext, coordinator: Any, make: Callable[[int], Any],
-                 on_timeout: Callable[[int], Any]) -> Call:
-    """A call a live coordinator answers at once: with PROMPT_DEADLINE_MS (and
-    ``silence``) if the coordinator lives in another process."""
-    return remote_call(ctx, coordinator, make, 0, PROMPT_DEADLINE_MS, on_timeout, True)
 
 
 def _groups_timed_out(group_ids: list[str], req_id: int) -> DescribeGroupsDone:
@@ -263,7 +261,7 @@ def handle_sync_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 
 def handle_heartbeat(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     done: HeartbeatDone
-    [done] = yield [_prompt_call(ctx, _coordinator(ctx, req.group_id), lambda rid: Heartbeat(
+    [done] = yield [prompt_call(ctx, _coordinator(ctx, req.group_id), lambda rid: Heartbeat(
         rid, req.group_id, req.generation_id, req.member_id, req.group_instance_id),
         _HEARTBEAT_TIMED_OUT)]
     return Respond({"throttle_time_ms": 0, "error_code": done.error_code})
@@ -279,7 +277,7 @@ def handle_leave_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     else:
         members = [LeaveMemberRow(req.member_id, None)]
     done: LeaveGroupDone
-    [done] = yield [_prompt_call(ctx, _coordinator(ctx, req.group_id),
+    [done] = yield [prompt_call(ctx, _coordinator(ctx, req.group_id),
                                  lambda rid: LeaveGroup(rid, req.group_id, members),
                                  _LEAVE_TIMED_OUT)]
     if version < 3:
@@ -399,7 +397,7 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if version >= 8:
         groups = [(g.group_id, _wanted(g.topics)) for g in req.groups]
         replies: list[OffsetFetchDone] = yield [
-            _prompt_call(ctx, _coordinator(ctx, gid),
+            prompt_call(ctx, _coordinator(ctx, gid),
                          _offset_fetch(gid, rows, bool(req.require_stable)),
                          _OFFSET_FETCH_TIMED_OUT)
             for gid, rows in groups]
@@ -414,7 +412,7 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         })
     rows = _wanted(req.topics)
     done: OffsetFetchDone
-    [done] = yield [_prompt_call(ctx, _coordinator(ctx, req.group_id),
+    [done] = yield [prompt_call(ctx, _coordinator(ctx, req.group_id),
                                  _offset_fetch(req.group_id, rows,
                                                version >= 7 and bool(req.require_stable)),
                                  _OFFSET_FETCH_TIMED_OUT)]
@@ -437,7 +435,7 @@ def handle_list_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     types = [t.lower() for t in req.types_filter] if version >= 5 and req.types_filter else None
     coordinators = [ctx.topology.coordinator(i) for i in range(ctx.topology.num_coordinators)]
     replies: list[ListGroupsDone] = yield [
-        _prompt_call(ctx, c, lambda rid: ListGroups(rid, states), _LIST_TIMED_OUT)
+        prompt_call(ctx, c, lambda rid: ListGroups(rid, states), _LIST_TIMED_OUT)
         for c in coordinators]
     error = next((r.error_code for r in replies if r.error_code != NONE), NONE)
     groups = []
@@ -460,7 +458,7 @@ def handle_describe_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen
         by_coordinator.setdefault(_coordinator(ctx, gid), []).append(gid)
     targets = list(by_coordinator.items())
     replies: list[DescribeGroupsDone] = yield [
-        _prompt_call(ctx, c, _describe_groups(ids), functools.partial(_groups_timed_out, ids))
+        prompt_call(ctx, c, _describe_groups(ids), functools.partial(_groups_timed_out, ids))
         for c, ids in targets]
     described: dict[str, DescribeGroupRow] = {}
     for reply in replies:

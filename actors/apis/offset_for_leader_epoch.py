@@ -26,13 +26,12 @@ from typing import Any
 
 from actors.apis.base import (
     NOT_LEADER,
-    PROMPT_DEADLINE_MS,
     ApiGen,
     HandlerContext,
     Respond,
     group_by_shard,
     partitions_timed_out,
-    remote_call,
+    prompt_call,
 )
 from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.errors import ErrorCode
@@ -88,9 +87,9 @@ def handle_offset_for_leader_epoch(ctx: HandlerContext, header: Any, req: Any) -
     if asked:
         by_shard = group_by_shard(ctx, list(asked))
         replies: list[OffsetForLeaderEpochDone] = yield [
-            remote_call(ctx, shard, _ask(shard_rows), 0, PROMPT_DEADLINE_MS,
+            prompt_call(ctx, shard, _ask(shard_rows),
                         partitions_timed_out(OffsetForLeaderEpochDone, EPOCH_TIMED_OUT,
-                                             shard_rows), True)
+                                             shard_rows))
             for shard, shard_rows in by_shard.items()]
         for shard_rows, reply in zip(by_shard.values(), replies, strict=True):
             for sent, got in zip(shard_rows, reply.rows, strict=True):

@@ -24,7 +24,6 @@ from kafka.protocol.parser import KafkaProtocol
 from actors.apis.base import PROMPT_DEADLINE_MS, HandlerContext
 from actors.apis.groups import OFFSET_COMMIT_DEADLINE_MS
 from actors.core.topic_store import TopicEntry
-from actors.group_coordinator import ANSWER_MARGIN_MS, APPEND_TIMEOUT_MS
 from actors.request_handler import SILENT_DEADLINE_MS, RequestHandler
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
@@ -168,7 +167,3 @@ def test_the_group_calls_answer_coordinator_not_available_by_their_deadlines(
     assert handler.main.ask(handler.coordinator, GetStats()) == 6, "every call was sent"
     assert metrics.get("internal_calls_timed_out") == 6
     assert metrics.get("requests_abandoned") == 0
-
-
-def test_an_offset_commit_deadline_waits_out_the_coordinators_own_give_up() -> None:
-    assert OFFSET_COMMIT_DEADLINE_MS > APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS

@@ -271,9 +271,9 @@ class Handler:
                                                   correlation_id, frame, sent))
         return sent, protocol
 
-    def response(self, conn: int, protocol: KafkaProtocol) -> tuple[Any, float]:
-        """The answer on ``conn`` (the connection left open), and how long after ``sent``
-        it came (ms)."""
+    def response(self, conn: int, protocol: KafkaProtocol) -> tuple[Any, int]:
+        """The answer on ``conn`` (the connection left open), and when it came (the
+        monotonic clock's ns)."""
         respond, close, frame, at = self.answered(conn)
         assert (respond, close) == (True, False), "the connection must stay open"
         [(_, response)] = protocol.receive_bytes(frame)

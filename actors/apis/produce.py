@@ -16,7 +16,14 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.apis.base import (
+    WRITE_DEADLINE_GRACE_MS,
+    ApiGen,
+    Call,
+    HandlerContext,
+    Respond,
+    group_by_shard,
+)
 from actors.core.topic_config import ADMIN_CLIENT_ID, INTERNAL_TOPICS
 from actors.security.acl import Operation, ResourceType
 from wire.broker_messages import Append, AppendDone, AppendDoneRow, AppendRow, ProduceReady
@@ -66,9 +73,9 @@ def _append(acks: int, timeout_ms: int, rows: list[AppendRow],
 # How long after timeout_ms an unanswered Append is answered by its deadline: an acks=-1
 # wait that the ISR does not end is ended at timeout_ms by the purgatory of the shard's
 # process (REQUEST_TIMED_OUT, with the append's offsets), one link hop away; that answer
-# comes first unless the process is stuck. A second: a leader's own append (which Kafka
-# never times out) late by less than this on a loaded host is never answered in error.
-PRODUCE_DEADLINE_GRACE_MS = 1000
+# comes first unless the process is stuck (a leader's own append, which Kafka never times
+# out, is never answered in error for being late by less than this on a loaded host).
+PRODUCE_DEADLINE_GRACE_MS = WRITE_DEADLINE_GRACE_MS
 # The longest a handler waits for a shard's process, whatever timeout_ms says (up to
 # 2^31 - 1 ms, 24 days); librdkafka's default message.timeout.ms.
 PRODUCE_DEADLINE_CAP_MS = 300_000

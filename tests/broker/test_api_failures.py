@@ -55,8 +55,8 @@ def failing_broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[B
                         ignore=shutil.ignore_patterns("__pycache__"))
     admin = tree / "actors" / "apis" / "admin.py"
     text = admin.read_text()
-    marker = ('    """The log dir with the size of every partition it holds (or of those '
-              'asked for)."""\n')
+    marker = ("def handle_describe_log_dirs(ctx: HandlerContext, header: Any, req: Any) "
+              "-> ApiGen:\n")
     assert marker in text
     admin.write_text(text.replace(marker, marker + param.get("fault", UNEXPECTED)))
     produce = tree / "actors" / "apis" / "produce.py"

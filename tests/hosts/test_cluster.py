@@ -1324,8 +1324,9 @@ def test_a_killed_process_of_a_node_is_restarted_and_a_supervisor_that_gives_up_
     """Cluster.kill_process: SIGKILL to process 1 of a node alone; its supervisor restarts it
     (wait_process_restarted: another pid, serving; one failed ps meanwhile, as an ssh hiccup
     gives, is not a node gone; nor is an ssh failure, SshFailed, under
-    wait_processes_serving or wait_stopped: they raised it, ending a chaos run). Killed past RESTARTS_MAX times within RESTART_WINDOW_S, the
-    supervisor stops the broker: SupervisorGaveUp, in its words."""
+    wait_processes_serving or wait_stopped: they raised it, ending a chaos run). Killed
+    past RESTARTS_MAX times within RESTART_WINDOW_S, the supervisor stops the broker:
+    SupervisorGaveUp, in its words."""
     data = _up_one_node_of_two_processes(spec_file, zk_connect)
     cluster = Cluster(load_spec(spec_file), say=lambda line: None)
     runner = cluster.runners["here"]

@@ -241,7 +241,7 @@ class _InFlight:
 
 
 SWEEP_MS = 1000  # how often on_turn looks for abandoned requests (deadlines: sooner)
-# A process one of whose calls (Call.silence: a Read, a WatchFetch, a ListOffsets) its
+# A process one of whose calls (Call.silence: a Read, a WatchFetch, a ListOffsets, ...) its
 # deadline answered is marked silent by the handler till any answer from it comes; such a
 # call to it meanwhile is still sent, but its deadline is at most its max_wait_ms plus
 # this: while a process is paused, only the first fetch naming its partitions waits the

@@ -7,24 +7,37 @@ DeleteRecords and DescribeLogDirs to the partition shards (they own the
 logs), DeleteGroups and OffsetDelete to the groups' coordinators;
 DescribeTopicPartitions is answered from the handler's topic table, like
 Metadata. (The config APIs are in ``configs``.)
+
+With num.processes > 1, a DeleteRecords or DescribeLogDir to a shard of another process
+has a deadline (base.remote_call; one to the handler's own process none), so a process
+that does not answer (paused, or restarted and not ready yet) holds back only its own
+partitions, not the whole request till the handler's abandon closes the connection: see
+handle_delete_records and handle_describe_log_dirs for what such a shard's partitions
+are answered.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from actors.apis import cluster
 from actors.apis.authorize import authorized_operations
 from actors.apis.base import (
+    PROMPT_DEADLINE_MS,
     ApiGen,
     Call,
     HandlerContext,
     Respond,
     group_by_shard,
+    partitions_timed_out,
+    remote_call,
     topic_change_wait_ms,
 )
 from actors.apis.metadata import _partition_rows, _uuid
+from actors.apis.produce import PRODUCE_DEADLINE_GRACE_MS
 from actors.core.partition_state import delete_records_wait_ms
 from actors.core.topic_config import INTERNAL_TOPICS
 from actors.runtime.address import Address
@@ -223,8 +236,27 @@ def handle_list_partition_reassignments(ctx: HandlerContext, header: Any, req: A
 # ---------------------------------------------------------------- DeleteRecords
 
 
+# A partition's answer taken for a DeleteRecords its shard's process did not answer by
+# its deadline: REQUEST_TIMED_OUT, Kafka's answer when the followers do not move their log
+# start within timeout_ms (DelayedDeleteRecords), retriable (the admin client's
+# DeleteRecordsHandler asks again) and saying nothing of the deletion, which may still
+# happen when that process runs again (it only moves the log start up to the offset:
+# asked again, the same offset deletes nothing more)
+DELETE_TIMED_OUT = DeleteRecordsDoneRow(
+    "", -1, -1, int(ErrorCode.REQUEST_TIMED_OUT),
+    "the broker process holding this partition did not answer in time; the records may "
+    "still be deleted")
+
+
 def handle_delete_records(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    """Each partition's log start moves to the offset; the answer is its low watermark."""
+    """Each partition's log start moves to the offset; the answer is its low watermark.
+
+    A shard of another process that does not answer by the request's own wait
+    (delete_records_wait_ms: its timeout_ms, capped) plus PRODUCE_DEADLINE_GRACE_MS, as a
+    Produce's Append, has its partitions answered DELETE_TIMED_OUT; the grace lets the
+    shard's own REQUEST_TIMED_OUT (followers too slow) come first. Its deadline passing
+    does not say the process is silent (no ``silence``): the shard waits for the
+    followers, as an acks=-1 Append."""
     rows: list[DeleteRecordsRow] = []
     answers: dict[tuple[str, int], DeleteRecordsDoneRow] = {}
     for topic in req.topics:
@@ -237,9 +269,12 @@ def handle_delete_records(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 rows.append(DeleteRecordsRow(topic.name, p.partition_index, p.offset))
     if rows:
         by_shard = group_by_shard(ctx, rows)
+        wait_ms = delete_records_wait_ms(req.timeout_ms)
         replies: list[DeleteRecordsDone] = yield [
-            Call(shard, _delete_records(shard_rows, req.timeout_ms),
-                 delete_records_wait_ms(req.timeout_ms))
+            remote_call(ctx, shard, _delete_records(shard_rows, req.timeout_ms), wait_ms,
+                        wait_ms + PRODUCE_DEADLINE_GRACE_MS,
+                        partitions_timed_out(DeleteRecordsDone, DELETE_TIMED_OUT, shard_rows),
+                        False)
             for shard, shard_rows in by_shard.items()]
         for reply in replies:
             for r in reply.rows:
@@ -260,21 +295,42 @@ def _delete_records(rows: list[DeleteRecordsRow],
 
 # ------------------------------------------------------------- DescribeLogDirs
 
+# The answer taken for a DescribeLogDir its shard's process did not answer by its deadline:
+# no log dir, no partitions (told apart from an answer by its empty log_dir)
+_LOG_DIR_TIMED_OUT = functools.partial(DescribeLogDirDone, log_dir="", total_bytes=-1,
+                                       usable_bytes=-1, rows=[])
+
 
 def handle_describe_log_dirs(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    """The log dir with the size of every partition it holds (or of those asked for)."""
+    """The log dir with the size of every partition it holds (or of those asked for).
+
+    Every shard is asked; one of another process that does not answer by
+    PROMPT_DEADLINE_MS (a live shard sizes its logs at once, so ``silence``) has its
+    partitions left out of the dir's answer, the others' partitions are answered. Why not
+    an error code for the dir: the dir is not offline, only a process is not answering, and
+    Kafka's code for a dir (KAFKA_STORAGE_ERROR) says every replica in it is offline to the
+    admin client (LogDirDescription.error), which reassignment tools act on; the response
+    has no per-partition code. A partition left out reads, to describeReplicaLogDirs, as
+    not found here for now, and the next request finds it. Only when no shard answered is
+    the dir answered KAFKA_STORAGE_ERROR, with nothing in it (no sizes to give)."""
     wanted = (None if req.topics is None else
               [TopicPartition(t.topic, p) for t in req.topics for p in t.partitions])
     shards = [ctx.topology.shard(i) for i in range(ctx.topology.num_shards)]
     replies: list[DescribeLogDirDone] = yield [
-        Call(shard, lambda rid: DescribeLogDir(rid, wanted)) for shard in shards]
+        remote_call(ctx, shard, lambda rid: DescribeLogDir(rid, wanted), 0, PROMPT_DEADLINE_MS,
+                    _LOG_DIR_TIMED_OUT, True) for shard in shards]
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for reply in replies:
         for r in reply.rows:
             by_topic.setdefault(r.topic, []).append({
                 "partition_index": r.partition, "partition_size": r.size_bytes,
                 "offset_lag": r.offset_lag, "is_future_key": False})
-    first = replies[0]
+    first = next((reply for reply in replies if reply.log_dir), None)
+    if first is None:  # (every shard in processes that did not answer)
+        log_dir = str(Path(str(ctx.config["log.dirs"]).split(",")[0].strip()).resolve())
+        return Respond({"throttle_time_ms": 0, "error_code": 0, "results": [{
+            "error_code": int(ErrorCode.KAFKA_STORAGE_ERROR), "log_dir": log_dir, "topics": [],
+            "total_bytes": -1, "usable_bytes": -1}]})
     return Respond({"throttle_time_ms": 0, "error_code": 0, "results": [{
         "error_code": 0, "log_dir": first.log_dir,
         "topics": [{"name": name, "partitions": sorted(parts, key=lambda r: r["partition_index"])}

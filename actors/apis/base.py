@@ -9,6 +9,7 @@ to bottom while the actor never blocks.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -60,12 +61,15 @@ class Call(NamedTuple):
     deadline_ms: int = 0
     on_timeout: Callable[[int], Any] | None = None
     # ``silence``: a live process answers this call at once, or by max_wait_ms (a Read, a
-    # WatchFetch, a ListOffsets), so its deadline passing says the target's process is
-    # silent (paused, or not ready after a restart). The handler then marks that process
-    # and, till any answer from it, gives such calls to it at most max_wait_ms plus
-    # SILENT_DEADLINE_MS (request_handler.py), still sending them. A Produce's Append does
-    # not say so: acks=-1 waits for the followers too, and its REQUEST_TIMED_OUT sooner
-    # than timeout_ms would be a retry (a duplicate for a producer without idempotence).
+    # WatchFetch, a ListOffsets, an OffsetForLeaderEpoch, a DescribeProducers, a
+    # DescribeLogDir, a coordinator's Heartbeat, LeaveGroup, OffsetFetch, DescribeGroups,
+    # ListGroups), so its deadline passing says the target's process is silent (paused,
+    # or not ready after a restart). The handler then marks that process and, till any
+    # answer from it, gives such calls to it at most max_wait_ms plus SILENT_DEADLINE_MS
+    # (request_handler.py), still sending them. A Produce's Append does not say so:
+    # acks=-1 waits for the followers too, and its REQUEST_TIMED_OUT sooner than
+    # timeout_ms would be a retry (a duplicate for a producer without idempotence); nor
+    # does a DeleteRecords (it waits for the followers) or an OffsetCommit (for its write).
     silence: bool = False
 
 
@@ -349,10 +353,58 @@ def group_by_shard(ctx: HandlerContext, rows: list[R]) -> dict[Address, list[R]]
     return out
 
 
-def in_another_process(ctx: HandlerContext, target: Address) -> bool:
-    """Whether ``target`` lives in another process of this broker (num.processes > 1),
-    which may not answer: paused, or restarted and not ready yet. Only a call to such an
-    actor is given a deadline (a fetch's Reads and WatchFetch, a ListOffsets): an actor of
-    the handler's own process answers unless that process itself is stuck, and a deadline
-    there could only fire on a loaded host, with a needless error."""
-    return target.node != ctx.topology.node
+# The code a call to another process answers, by its deadline, for each partition it
+# named (a Read, a ReplicaRead, a ListOffsets, an OffsetForLeaderEpoch, a DescribeProducers):
+# the one every client retries quietly after a metadata refresh ("this partition's leader
+# is not answering here"), and the one a restarted process's generation refusal gives.
+NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+# The deadline of a call to another process that a live process answers at once, with no
+# max wait in the request to go by (a ListOffsets, an OffsetForLeaderEpoch, a
+# DescribeProducers, a DescribeLogDir): its answer takes milliseconds (an index look-up, a
+# part of a segment read, a walk of the producer state); 5 s is far past a loaded host's
+# delays (a needless error costs the client a metadata refresh and a back-off), and a stuck
+# process costs the other partitions of such a request this much.
+PROMPT_DEADLINE_MS = 5_000
+
+
+def remote_call(ctx: HandlerContext, target: Address, make: Callable[[int], Any],
+                max_wait_ms: int, deadline_ms: int, on_timeout: Callable[[int], Any],
+                silence: bool) -> Call:
+    """A call to ``target`` that, if it lives in another process of this broker
+    (num.processes > 1), has the deadline ``deadline_ms`` and ``on_timeout`` (and
+    ``silence``: see Call). Such a process may not answer: paused, or restarted and not
+    ready yet. A call to an actor of the handler's own process is the plain Call: that
+    actor answers unless the process itself is stuck, and a deadline there could only fire
+    on a loaded host, with a needless error. (A fetch's and a replica fetch's Reads make
+    this test inline, ``target.node == ctx.topology.node``: no Python call for it on a
+    one-process broker's hottest path.)"""
+    if target.node == ctx.topology.node:
+        return Call(target, make, max_wait_ms)
+    return Call(target, make, max_wait_ms, deadline_ms, on_timeout, silence)
+
+
+class _Row(Protocol):
+    """A shard's answer row for one partition (a NamedTuple)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    def _replace(self, *, topic: str = ..., partition: int = ...) -> Any: ...
+
+
+def partitions_timed_out(done: Callable[[int, list[Any]], Any], template: _Row,
+                         rows: list[Any]) -> Callable[[int], Any]:
+    """``on_timeout`` for a call naming partitions (``rows``: each has topic and partition):
+    ``done(req_id, answers)``, each answer the ``template`` row (the code, and -1 or
+    nothing for the rest) with a row's topic and partition. The answer the handler takes
+    when the shard's process does not answer by the call's deadline."""
+    return functools.partial(_partitions_timed_out, done, template, rows)
+
+
+def _partitions_timed_out(done: Callable[[int, list[Any]], Any], template: _Row,
+                          rows: list[Any], req_id: int) -> Any:
+    return done(req_id, [template._replace(topic=r.topic, partition=r.partition)
+                         for r in rows])

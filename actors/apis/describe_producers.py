@@ -11,6 +11,15 @@ the metadata does not know UNKNOWN_TOPIC_OR_PARTITION; then per partition
 UNKNOWN_TOPIC_OR_PARTITION, a partition this node holds no replica of
 NOT_LEADER_OR_FOLLOWER, and a leader or follower answers from its own log's state
 (the shard that owns it, one hop, in this process or another).
+
+An ask to a shard of another process of this broker (num.processes > 1) has a deadline,
+base.PROMPT_DEADLINE_MS (one to the handler's own process none): a live shard answers
+from its producer state at once, so a process that does not answer (paused, or restarted
+and not ready yet) has its partitions answered NOT_LEADER_OR_FOLLOWER by then while the
+other partitions are answered, instead of the whole request waiting till the handler's
+abandon closes the connection. The admin client's DescribeProducersHandler takes that
+code as "find the leader again" and retries the partition (unless the caller named a
+broker); REQUEST_TIMED_OUT it would fail the partition's future with.
 """
 
 from __future__ import annotations
@@ -18,19 +27,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.apis.base import (
+    NOT_LEADER,
+    PROMPT_DEADLINE_MS,
+    ApiGen,
+    HandlerContext,
+    Respond,
+    group_by_shard,
+    partitions_timed_out,
+    remote_call,
+)
 from actors.core.topic_config import validate_topic_name
 from actors.security.acl import Operation, ResourceType
 from wire.broker_messages import (
     DescribeProducers,
     DescribeProducersDone,
+    DescribeProducersDoneRow,
     TopicPartition,
 )
 from wire.errors import ErrorCode, KafkaError
 
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+# A partition's answer taken for an ask its shard's process did not answer in time
+PRODUCERS_TIMED_OUT = DescribeProducersDoneRow("", -1, NOT_LEADER, [])
 # Kafka answers a topic's error with its ApiError, whose message is the code's own text;
 # a partition's error (activeProducerState) has none
 TOPIC_DENIED_TEXT = "Topic authorization failed."
@@ -86,7 +106,10 @@ def handle_describe_producers(ctx: HandlerContext, header: Any, req: Any) -> Api
                 asked.append(TopicPartition(*key))
     if asked:
         replies: list[DescribeProducersDone] = yield [
-            Call(shard, _ask(rows)) for shard, rows in group_by_shard(ctx, asked).items()]
+            remote_call(ctx, shard, _ask(rows), 0, PROMPT_DEADLINE_MS,
+                        partitions_timed_out(DescribeProducersDone, PRODUCERS_TIMED_OUT, rows),
+                        True)
+            for shard, rows in group_by_shard(ctx, asked).items()]
         for reply in replies:
             for row in reply.rows:
                 answers[(row.topic, row.partition)] = (row.error_code, None, row.producers)

@@ -11,9 +11,9 @@ the byte budget) are closed here.
 With num.processes > 1 a shard (or the purgatory a fetch waits in) may live in a
 process that does not answer: paused, or restarted and not ready yet. Each Read
 and WatchFetch to another process therefore carries a deadline (Call.deadline_ms;
-one to the handler's own process none: in_another_process): a shard's Read
+one to the handler's own process none: base.remote_call): a shard's Read
 unanswered by ``read_deadline_ms`` (and the time to carry its bytes) is taken as
-NOT_LEADER_OR_FOLLOWER for that shard's partitions (``read_timed_out``), so the
+NOT_LEADER_OR_FOLLOWER for that shard's partitions (``READ_TIMED_OUT``), so the
 fetch answers the other processes' partitions with their data instead of nothing
 until the handler abandons it and closes the connection (twice
 request.timeout.ms). Why that code: it is the one
@@ -37,12 +37,14 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import (
+    NOT_LEADER,
     ApiGen,
     Call,
     HandlerContext,
     Respond,
     group_by_shard,
-    in_another_process,
+    partitions_timed_out,
+    remote_call,
 )
 from actors.core.file_regions import (
     close_region,
@@ -64,7 +66,6 @@ from wire.broker_messages import (
 from wire.errors import ErrorCode
 
 NONE = int(ErrorCode.NONE)
-NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
 # How long a fetch's handler waits for a Read (ReplicaRead) of a shard of another process
 # before it answers that shard's partitions NOT_LEADER_OR_FOLLOWER itself
@@ -111,11 +112,12 @@ def carry_ms(rows: list[Any], max_bytes: int) -> int:
     return max(0, min(wanted, max_bytes)) // CARRY_BYTES_PER_MS
 
 
-def read_timed_out(req_id: int, rows: list[ReadRow]) -> ReadDone:
-    """The answer taken for a Read its shard's process did not answer by its deadline:
-    NOT_LEADER_OR_FOLLOWER for each of its partitions (retried by every client)."""
-    return ReadDone(req_id, [ReadDoneRow(r.topic, r.partition, NOT_LEADER, -1, -1, b"",
-                                         0, 0, -1) for r in rows])
+# A partition's answer taken for a Read its shard's process did not answer by its deadline
+# (partitions_timed_out): NOT_LEADER_OR_FOLLOWER, retried by every client.
+READ_TIMED_OUT = ReadDoneRow("", -1, NOT_LEADER, -1, -1, b"", 0, 0, -1)
+# A WatchFetch of another process unanswered by its deadline: as if its purgatory had
+# expired it (the fetch reads again)
+_WATCH_TIMED_OUT = functools.partial(FetchReady, reason="handler deadline", timed_out=True)
 
 
 def watch_call(ctx: HandlerContext, purgatory: Any, make: Callable[[int], WatchFetch],
@@ -123,11 +125,8 @@ def watch_call(ctx: HandlerContext, purgatory: Any, make: Callable[[int], WatchF
     """The WatchFetch call of a fetch: answered by its purgatory (FetchReady), or, one of
     another process, past max_wait_ms plus a grace by its deadline as if the purgatory had
     expired it."""
-    if not in_another_process(ctx, purgatory):
-        return Call(purgatory, make, max_wait_ms)
-    return Call(purgatory, make, max_wait_ms, max(0, max_wait_ms) + WATCH_DEADLINE_GRACE_MS,
-                functools.partial(FetchReady, reason="handler deadline", timed_out=True),
-                silence=True)
+    return remote_call(ctx, purgatory, make, max_wait_ms,
+                       max(0, max_wait_ms) + WATCH_DEADLINE_GRACE_MS, _WATCH_TIMED_OUT, True)
 
 
 def _read(replica_id: int, max_bytes: int, rows: list[ReadRow],
@@ -136,19 +135,24 @@ def _read(replica_id: int, max_bytes: int, rows: list[ReadRow],
 
 
 def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
-                rows: list[ReadRow], isolation: int, deadline_ms: int) -> list[Call]:
+                rows: list[ReadRow], isolation: int, wait_ms: int) -> list[Call]:
     """One Read per shard; file regions only from a shard of this handler's own process
     (num.processes > 1: a descriptor means nothing in another process). One of another
-    process has the deadline ``deadline_ms`` (read_deadline_ms) plus the time to carry its
-    bytes (carry_ms); past it, read_timed_out answers it. One of this process has none."""
+    process has the deadline read_deadline_ms(``wait_ms``: the fetch's max_wait_ms, 0 for
+    the Reads after a wait in the purgatory) plus the time to carry its bytes (carry_ms);
+    past it, each of its partitions is answered READ_TIMED_OUT. One of this process has
+    none, and costs no call to tell (remote_call's test, inline; the deadline reckoned only
+    for another process)."""
     calls = []
+    here = ctx.topology.node
     for shard, shard_rows in group_by_shard(ctx, rows).items():
-        if not in_another_process(ctx, shard):
+        if shard.node == here:
             calls.append(Call(shard, _read(replica_id, max_bytes, shard_rows, isolation)))
             continue
-        calls.append(Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, False), 0,
-                          deadline_ms + carry_ms(shard_rows, max_bytes),
-                          functools.partial(read_timed_out, rows=shard_rows), silence=True))
+        calls.append(remote_call(
+            ctx, shard, _read(replica_id, max_bytes, shard_rows, isolation, False), 0,
+            read_deadline_ms(wait_ms) + carry_ms(shard_rows, max_bytes),
+            partitions_timed_out(ReadDone, READ_TIMED_OUT, shard_rows), True))
     return calls
 
 
@@ -285,9 +289,8 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     min_bytes = min(req.min_bytes, max_bytes)
     read: dict[tuple[str, int], ReadDoneRow] = {}
     if rows:
-        deadline_ms = read_deadline_ms(req.max_wait_ms)
         replies: list[ReadDone] = yield _read_calls(ctx, replica_id, max_bytes, rows,
-                                                    isolation, deadline_ms)
+                                                    isolation, req.max_wait_ms)
         read = _by_partition(replies)
         total = 0
         errors = False
@@ -309,8 +312,8 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                               lambda rid: WatchFetch(rid, min_bytes, req.max_wait_ms,
                                                      replica_id >= 0, watch_rows),
                               req.max_wait_ms)]
-            replies = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation,
-                                        READ_DEADLINE_FLOOR_MS)
+            # (after the wait: the floor alone, read_deadline_ms(0))
+            replies = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation, 0)
             read = _by_partition(replies)
 
     # max_bytes bounds the whole response (KIP-74): partitions take whole

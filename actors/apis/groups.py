@@ -6,19 +6,42 @@ Each function turns the decoded request into one message per group for
 the ``*Done`` answers and shapes the response for the request's version.
 Those answers may take as long as a rebalance (JoinGroup, SyncGroup); the
 handler keeps serving other requests meanwhile.
+
+The coordinators run in the broker's first process. A call from a handler of another
+process (num.processes > 1) that a live coordinator answers at once (Heartbeat,
+LeaveGroup, OffsetFetch, DescribeGroups, ListGroups) has a deadline, base.PROMPT_DEADLINE_MS
+(``silence``: its passing says that process is silent), and an OffsetCommit one past the
+coordinator's own give-up on its write (OFFSET_COMMIT_DEADLINE_MS, no ``silence``): a
+first process that does not answer (paused, or restarted and not ready yet) gets them
+answered COORDINATOR_NOT_AVAILABLE (a group's, or each partition's for a commit), on which
+clients look the coordinator up again and retry (the Java consumer marks it unknown; the
+admin client retries ListGroups and DescribeGroups), instead of the handler's abandon
+(twice request.timeout.ms) closing the connection. A JoinGroup or SyncGroup waits for the
+rebalance, rightly long: none. A handler of the first process calls them with none.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable
 from typing import Any
 
 from actors.apis import cluster
 from actors.apis.authorize import authorized_operations
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond
+from actors.apis.base import (
+    PROMPT_DEADLINE_MS,
+    ApiGen,
+    Call,
+    HandlerContext,
+    Respond,
+    partitions_timed_out,
+    remote_call,
+)
+from actors.apis.produce import PRODUCE_DEADLINE_GRACE_MS
 from actors.apis.transactions import ensure_transaction_topic, transaction_coordinator
 from actors.core.offsets_codec import OFFSETS_TOPIC
+from actors.group_coordinator import ANSWER_BUCKET_MS, ANSWER_MARGIN_MS, APPEND_TIMEOUT_MS
 from actors.security.acl import Operation, ResourceType
 from wire.broker_messages import TopicPartition
 from wire.errors import ErrorCode
@@ -38,6 +61,7 @@ from wire.group_messages import (
     ListGroupsDone,
     OffsetCommit,
     OffsetCommitDone,
+    OffsetCommitDoneRow,
     OffsetCommitRow,
     OffsetFetch,
     OffsetFetchDone,
@@ -53,6 +77,35 @@ TRANSACTION_KEY = 1
 
 def _coordinator(ctx: HandlerContext, group_id: str) -> Any:
     return ctx.topology.coordinator_for(group_id)
+
+
+COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+# An OffsetCommit's coordinator answers once its write is answered, or gives the write up
+# (REQUEST_TIMED_OUT) APPEND_TIMEOUT_MS plus its margin (and its timer's bucket) after it
+# sent it: a second past that, its silence is the process's, not the write's
+OFFSET_COMMIT_DEADLINE_MS = (APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS + ANSWER_BUCKET_MS
+                             + PRODUCE_DEADLINE_GRACE_MS)
+# The answers taken for a coordinator call its process did not answer by its deadline
+_HEARTBEAT_TIMED_OUT = functools.partial(HeartbeatDone, error_code=COORDINATOR_NOT_AVAILABLE)
+_LEAVE_TIMED_OUT = functools.partial(LeaveGroupDone, error_code=COORDINATOR_NOT_AVAILABLE,
+                                     members=[])
+_OFFSET_FETCH_TIMED_OUT = functools.partial(OffsetFetchDone,
+                                            error_code=COORDINATOR_NOT_AVAILABLE, rows=[])
+_LIST_TIMED_OUT = functools.partial(ListGroupsDone, error_code=COORDINATOR_NOT_AVAILABLE,
+                                    rows=[])
+COMMIT_TIMED_OUT = OffsetCommitDoneRow("", -1, COORDINATOR_NOT_AVAILABLE)
+
+
+def _prompt_call(ctx: HandlerContext, coordinator: Any, make: Callable[[int], Any],
+                 on_timeout: Callable[[int], Any]) -> Call:
+    """A call a live coordinator answers at once: with PROMPT_DEADLINE_MS (and
+    ``silence``) if the coordinator lives in another process."""
+    return remote_call(ctx, coordinator, make, 0, PROMPT_DEADLINE_MS, on_timeout, True)
+
+
+def _groups_timed_out(group_ids: list[str], req_id: int) -> DescribeGroupsDone:
+    return DescribeGroupsDone(req_id, [
+        DescribeGroupRow(COORDINATOR_NOT_AVAILABLE, gid, "", "", "", []) for gid in group_ids])
 
 
 # --------------------------------------------------------------- FindCoordinator
@@ -210,8 +263,9 @@ def handle_sync_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 
 def handle_heartbeat(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     done: HeartbeatDone
-    [done] = yield [Call(_coordinator(ctx, req.group_id), lambda rid: Heartbeat(
-        rid, req.group_id, req.generation_id, req.member_id, req.group_instance_id))]
+    [done] = yield [_prompt_call(ctx, _coordinator(ctx, req.group_id), lambda rid: Heartbeat(
+        rid, req.group_id, req.generation_id, req.member_id, req.group_instance_id),
+        _HEARTBEAT_TIMED_OUT)]
     return Respond({"throttle_time_ms": 0, "error_code": done.error_code})
 
 
@@ -225,8 +279,9 @@ def handle_leave_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     else:
         members = [LeaveMemberRow(req.member_id, None)]
     done: LeaveGroupDone
-    [done] = yield [Call(_coordinator(ctx, req.group_id),
-                         lambda rid: LeaveGroup(rid, req.group_id, members))]
+    [done] = yield [_prompt_call(ctx, _coordinator(ctx, req.group_id),
+                                 lambda rid: LeaveGroup(rid, req.group_id, members),
+                                 _LEAVE_TIMED_OUT)]
     if version < 3:
         # One member: its own code is the answer (the request-level one if none).
         code = done.members[0].error_code if done.members else done.error_code
@@ -275,9 +330,11 @@ def handle_offset_commit(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if rows:
         instance = req.group_instance_id if version >= 7 else None
         done: OffsetCommitDone
-        [done] = yield [Call(_coordinator(ctx, req.group_id), lambda rid: OffsetCommit(
-            rid, req.group_id, req.generation_id_or_member_epoch, req.member_id or "",
-            instance, rows))]
+        [done] = yield [remote_call(
+            ctx, _coordinator(ctx, req.group_id), lambda rid: OffsetCommit(
+                rid, req.group_id, req.generation_id_or_member_epoch, req.member_id or "",
+                instance, rows), 0, OFFSET_COMMIT_DEADLINE_MS,
+            partitions_timed_out(OffsetCommitDone, COMMIT_TIMED_OUT, rows), False)]
         for row in done.rows:
             codes[(row.topic, row.partition)] = row.error_code
     return Respond({
@@ -342,7 +399,9 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if version >= 8:
         groups = [(g.group_id, _wanted(g.topics)) for g in req.groups]
         replies: list[OffsetFetchDone] = yield [
-            Call(_coordinator(ctx, gid), _offset_fetch(gid, rows, bool(req.require_stable)))
+            _prompt_call(ctx, _coordinator(ctx, gid),
+                         _offset_fetch(gid, rows, bool(req.require_stable)),
+                         _OFFSET_FETCH_TIMED_OUT)
             for gid, rows in groups]
         return Respond({
             "throttle_time_ms": 0,
@@ -355,9 +414,10 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         })
     rows = _wanted(req.topics)
     done: OffsetFetchDone
-    [done] = yield [Call(_coordinator(ctx, req.group_id),
-                         _offset_fetch(req.group_id, rows,
-                                       version >= 7 and bool(req.require_stable)))]
+    [done] = yield [_prompt_call(ctx, _coordinator(ctx, req.group_id),
+                                 _offset_fetch(req.group_id, rows,
+                                               version >= 7 and bool(req.require_stable)),
+                                 _OFFSET_FETCH_TIMED_OUT)]
     topics = _fetched_topics(_described(ctx, done, rows is not None), version)
     if version < 2 and done.error_code != NONE:
         # v0-1 have no top-level error: every asked partition carries it.
@@ -377,7 +437,8 @@ def handle_list_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     types = [t.lower() for t in req.types_filter] if version >= 5 and req.types_filter else None
     coordinators = [ctx.topology.coordinator(i) for i in range(ctx.topology.num_coordinators)]
     replies: list[ListGroupsDone] = yield [
-        Call(c, lambda rid: ListGroups(rid, states)) for c in coordinators]
+        _prompt_call(ctx, c, lambda rid: ListGroups(rid, states), _LIST_TIMED_OUT)
+        for c in coordinators]
     error = next((r.error_code for r in replies if r.error_code != NONE), NONE)
     groups = []
     if types is None or "classic" in types:
@@ -399,7 +460,8 @@ def handle_describe_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen
         by_coordinator.setdefault(_coordinator(ctx, gid), []).append(gid)
     targets = list(by_coordinator.items())
     replies: list[DescribeGroupsDone] = yield [
-        Call(c, _describe_groups(ids)) for c, ids in targets]
+        _prompt_call(ctx, c, _describe_groups(ids), functools.partial(_groups_timed_out, ids))
+        for c, ids in targets]
     described: dict[str, DescribeGroupRow] = {}
     for reply in replies:
         for g in reply.groups:

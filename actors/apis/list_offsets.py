@@ -11,17 +11,19 @@ handler's abandon (twice request.timeout.ms) closes its connection.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import (
+    NOT_LEADER,
+    PROMPT_DEADLINE_MS,
     ApiGen,
     Call,
     HandlerContext,
     Respond,
     group_by_shard,
-    in_another_process,
+    partitions_timed_out,
+    remote_call,
 )
 from actors.runtime.address import Address
 from actors.security.acl import Operation, ResourceType
@@ -35,26 +37,18 @@ def _list_offsets(isolation: int, rows: list[ListOffsetsRow]) -> Callable[[int],
 
 # How long a handler waits for the ListOffsets of a shard of another process. No max wait
 # in the request to go by: an offset by timestamp looks up an index and reads part of a
-# segment, in milliseconds; 5 s is far past a loaded host's delays (a needless error costs
-# the client a metadata refresh), and a stuck process costs the other partitions this much
-# per request.
-LIST_OFFSETS_DEADLINE_MS = 5_000
-NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-
-
-def _timed_out(req_id: int, rows: list[ListOffsetsRow]) -> ListOffsetsDone:
-    """The answer taken for a ListOffsets its shard's process did not answer in time."""
-    return ListOffsetsDone(req_id, [ListOffsetsDoneRow(r.topic, r.partition, NOT_LEADER,
-                                                       -1, -1, -1) for r in rows])
+# segment, in milliseconds (base.PROMPT_DEADLINE_MS).
+LIST_OFFSETS_DEADLINE_MS = PROMPT_DEADLINE_MS
+# A partition's answer taken for a ListOffsets its shard's process did not answer in time
+LIST_OFFSETS_TIMED_OUT = ListOffsetsDoneRow("", -1, NOT_LEADER, -1, -1, -1)
 
 
 def _call(ctx: HandlerContext, shard: Address, isolation: int,
           rows: list[ListOffsetsRow]) -> Call:
     """A shard's ListOffsets: with a deadline if the shard is of another process."""
-    if not in_another_process(ctx, shard):
-        return Call(shard, _list_offsets(isolation, rows))
-    return Call(shard, _list_offsets(isolation, rows), 0, LIST_OFFSETS_DEADLINE_MS,
-                functools.partial(_timed_out, rows=rows), silence=True)
+    return remote_call(ctx, shard, _list_offsets(isolation, rows), 0,
+                       LIST_OFFSETS_DEADLINE_MS,
+                       partitions_timed_out(ListOffsetsDone, LIST_OFFSETS_TIMED_OUT, rows), True)
 
 
 # Kafka's ReplicaManager.timestampMinSupportedVersion: the special (negative) timestamps and

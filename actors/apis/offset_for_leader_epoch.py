@@ -7,6 +7,16 @@ partition goes to the shard that owns it (one hop; the shard checks the client's
 epoch against its own and answers from its log's epoch cache). As Kafka's
 handleOffsetForLeaderEpochRequest: ClusterAction on the cluster lets a replica ask
 for every topic, otherwise each topic needs Describe (TOPIC_AUTHORIZATION_FAILED).
+
+An ask to a shard of another process of this broker (num.processes > 1) has a deadline,
+base.PROMPT_DEADLINE_MS (one to the handler's own process none): a live shard answers
+from its epoch cache at once, so a process that does not answer (paused, or restarted
+and not ready yet) has its partitions answered NOT_LEADER_OR_FOLLOWER by then while the
+other partitions are answered, instead of the whole request waiting for it till the
+handler's abandon (twice request.timeout.ms) closes the connection. Why that code: the
+Java consumer's OffsetsForLeaderEpochUtils retries it quietly after a metadata refresh
+(REQUEST_TIMED_OUT it logs as unexpected), and a Kafka follower's fetcher
+(AbstractFetcherThread) backs the partition off and asks again whatever the code.
 """
 
 from __future__ import annotations
@@ -14,7 +24,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.apis.base import (
+    NOT_LEADER,
+    PROMPT_DEADLINE_MS,
+    ApiGen,
+    HandlerContext,
+    Respond,
+    group_by_shard,
+    partitions_timed_out,
+    remote_call,
+)
 from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.errors import ErrorCode
 from wire.replication_messages import (
@@ -26,6 +45,8 @@ from wire.replication_messages import (
 
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+# A partition's answer taken for an ask its shard's process did not answer in time
+EPOCH_TIMED_OUT = OffsetForEpochDoneRow("", -1, NOT_LEADER, -1, -1)
 
 
 def _ask(rows: list[OffsetForEpochRow]) -> Callable[[int], OffsetForLeaderEpoch]:
@@ -67,7 +88,10 @@ def handle_offset_for_leader_epoch(ctx: HandlerContext, header: Any, req: Any) -
     if asked:
         by_shard = group_by_shard(ctx, list(asked))
         replies: list[OffsetForLeaderEpochDone] = yield [
-            Call(shard, _ask(shard_rows)) for shard, shard_rows in by_shard.items()]
+            remote_call(ctx, shard, _ask(shard_rows), 0, PROMPT_DEADLINE_MS,
+                        partitions_timed_out(OffsetForLeaderEpochDone, EPOCH_TIMED_OUT,
+                                             shard_rows), True)
+            for shard, shard_rows in by_shard.items()]
         for shard_rows, reply in zip(by_shard.values(), replies, strict=True):
             for sent, got in zip(shard_rows, reply.rows, strict=True):
                 for topic_at, partition_at in asked[sent]:

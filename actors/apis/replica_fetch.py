@@ -19,24 +19,19 @@ this handler's own process have none.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 from actors.apis.base import (
+    NOT_LEADER,
     ApiGen,
     Call,
     HandlerContext,
     Respond,
     group_by_shard,
-    in_another_process,
+    partitions_timed_out,
+    remote_call,
 )
-from actors.apis.fetch import (
-    NOT_LEADER,
-    READ_DEADLINE_FLOOR_MS,
-    carry_ms,
-    read_deadline_ms,
-    watch_call,
-)
+from actors.apis.fetch import carry_ms, read_deadline_ms, watch_call
 from wire.broker_messages import WatchFetch, WatchFetchRow
 from wire.errors import ErrorCode
 from wire.replication_messages import (
@@ -57,25 +52,26 @@ def _read(replica_id: int, max_bytes: int,
     return lambda rid: ReplicaRead(rid, replica_id, max_bytes, rows)
 
 
-def _timed_out(req_id: int, rows: list[ReplicaReadRow]) -> ReplicaReadDone:
-    """The answer taken for a ReplicaRead its shard's process did not answer in time."""
-    return ReplicaReadDone(req_id, [ReplicaReadDoneRow(r.topic, r.partition, NOT_LEADER, -1,
-                                                       -1, -1, -1, -1, b"", 0, 0)
-                                    for r in rows])
+# A partition's answer taken for a ReplicaRead its shard's process did not answer in time
+REPLICA_READ_TIMED_OUT = ReplicaReadDoneRow("", -1, NOT_LEADER, -1, -1, -1, -1, -1, b"", 0, 0)
 
 
 def _calls(ctx: HandlerContext, msg: ReplicaFetch, rows: list[ReplicaReadRow],
-           deadline_ms: int) -> list[Call]:
+           wait_ms: int) -> list[Call]:
     """One ReplicaRead per shard; one of another process with a deadline, as a consumer's
-    Read of another process (``deadline_ms`` and carry_ms), one of this process none."""
+    Read of another process (read_deadline_ms(``wait_ms``: max_wait_ms, 0 after a wait)
+    and carry_ms), one of this process none (its test inline, as a consumer's Read)."""
     calls = []
+    here = ctx.topology.node
     for shard, shard_rows in group_by_shard(ctx, rows).items():
         make = _read(msg.replica_id, msg.max_bytes, shard_rows)
-        if not in_another_process(ctx, shard):
+        if shard.node == here:
             calls.append(Call(shard, make))
             continue
-        calls.append(Call(shard, make, 0, deadline_ms + carry_ms(shard_rows, msg.max_bytes),
-                          functools.partial(_timed_out, rows=shard_rows), silence=True))
+        calls.append(remote_call(
+            ctx, shard, make, 0,
+            read_deadline_ms(wait_ms) + carry_ms(shard_rows, msg.max_bytes),
+            partitions_timed_out(ReplicaReadDone, REPLICA_READ_TIMED_OUT, shard_rows), True))
     return calls
 
 
@@ -89,8 +85,7 @@ def handle_replica_fetch(ctx: HandlerContext, msg: ReplicaFetch) -> ApiGen:
             for r in msg.rows]
     read: dict[tuple[str, int], ReplicaReadDoneRow] = {}
     if rows:
-        replies: list[ReplicaReadDone] = yield _calls(ctx, msg, rows,
-                                                      read_deadline_ms(msg.max_wait_ms))
+        replies: list[ReplicaReadDone] = yield _calls(ctx, msg, rows, msg.max_wait_ms)
         read = _collect(replies)
         total = sum(len(r.records) for r in read.values())
         settled = any(r.error_code != NONE or r.diverging_end_offset >= 0
@@ -105,8 +100,8 @@ def handle_replica_fetch(ctx: HandlerContext, msg: ReplicaFetch) -> ApiGen:
             yield [watch_call(ctx, purgatory,
                               lambda rid: WatchFetch(rid, min_bytes, msg.max_wait_ms, True, watch),
                               msg.max_wait_ms)]
-            # (after the wait: the floor alone, as a consumer's fetch)
-            replies = yield _calls(ctx, msg, rows, READ_DEADLINE_FLOOR_MS)
+            # (after the wait: the floor alone, read_deadline_ms(0), as a consumer's fetch)
+            replies = yield _calls(ctx, msg, rows, 0)
             read = _collect(replies)
     out = []
     for r in msg.rows:

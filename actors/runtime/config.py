@@ -223,10 +223,16 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                       "(a Produce is answered REQUEST_TIMED_OUT by its own "
                                       "deadline: timeout_ms, and for acks 0 and 1 at least "
                                       "this, acks=0 closing its connection then; a "
+                                      "DeleteRecords' by timeout_ms and 1 s; a "
                                       "Fetch's partitions NOT_LEADER_OR_FOLLOWER by its "
                                       "read's deadline, 5 to 10 s and the time to carry "
-                                      "its bytes, a ListOffsets' by 5 s, for a shard of "
-                                      "another process, 200 ms while that process is "
+                                      "its bytes, a ListOffsets', OffsetForLeaderEpoch's "
+                                      "and DescribeProducers' by 5 s, a DescribeLogDirs "
+                                      "leaving them out by 5 s, for a shard of "
+                                      "another process; a group call to the first "
+                                      "process COORDINATOR_NOT_AVAILABLE by 5 s, an "
+                                      "OffsetCommit by 16.5 s, JoinGroup and SyncGroup "
+                                      "not; 200 ms while that process is "
                                       "taken as silent (a deadline passed, no answer "
                                       "since); fixed, not scaled by this)"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),

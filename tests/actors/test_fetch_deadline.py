@@ -46,8 +46,20 @@ from actors.runtime.config import Config
 from actors.runtime.node import Directory, Node, NodeEndpoint
 from actors.topology import Topology
 from tests.actors.test_request_handler_deadline import Sink
+from tests.broker.rawclient import build
 from tests.fixtures.waiting import wait_for
+from wire.admin_messages import (
+    DeleteRecords,
+    DeleteRecordsDone,
+    DeleteRecordsDoneRow,
+    DescribeLogDir,
+    DescribeLogDirDone,
+    LogDirPartitionRow,
+)
 from wire.broker_messages import (
+    DescribeProducers,
+    DescribeProducersDone,
+    DescribeProducersDoneRow,
     GetStats,
     KafkaRequest,
     ListOffsetsRow,
@@ -59,9 +71,18 @@ from wire.broker_messages import (
 )
 from wire.cluster_messages import ProcessStarted
 from wire.registry import message
-from wire.replication_messages import ReplicaFetch, ReplicaFetchRow, ReplicaReadRow
+from wire.replication_messages import (
+    OffsetForEpochDoneRow,
+    OffsetForLeaderEpoch,
+    OffsetForLeaderEpochDone,
+    ReplicaFetch,
+    ReplicaFetchRow,
+    ReplicaReadRow,
+)
 
 NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER
+EPOCH_END = 42  # where the stand-in shard says an epoch ends
+PARTITION_SIZE = 1234  # a partition's size in the stand-in shard's log dir
 REQUEST_TIMEOUT_MS = 600  # the broker's request.timeout.ms here: abandon after 1.2 s
 MAIN, P1 = "node-1", "node-1-p1"
 PARTITIONS = 4
@@ -78,9 +99,14 @@ def _partition_of(topo: Topology, node: str) -> int:
                 if topo.shard_for("t", p).node == node == topo.purgatory_for("t", p).node)
 
 
+def _partitions_of(topo: Topology, shard: int) -> tuple[int, ...]:
+    """The partitions of t that shard ``shard`` owns."""
+    return tuple(p for p in range(PARTITIONS) if topo.shard_for("t", p) == topo.shard(shard))
+
+
 @message(9881)
 class Hold(NamedTuple):
-    """Tells the stand-in Shard to keep its Reads (``held``) or answer them; with
+    """Tells the stand-in Shard to keep the calls it gets (``held``) or answer them; with
     ``answer_kept``, it first answers those it kept (late: its process ran again)."""
 
     held: bool
@@ -88,32 +114,61 @@ class Hold(NamedTuple):
 
 
 class Shard(Actor):
-    """Stands for a shard: answers every Read with no records (nothing past the offset),
-    or, ``held``, keeps every Read (its process does not answer)."""
+    """Stands for a shard of t's ``partitions``: answers every Read with no records
+    (nothing past the offset), an OffsetForLeaderEpoch with the epoch asked ending at
+    EPOCH_END, a DescribeProducers with no producers, a DeleteRecords with the offset as
+    the low watermark, a DescribeLogDir with its partitions of PARTITION_SIZE bytes; or,
+    ``held``, keeps every call (its process does not answer)."""
 
-    def __init__(self, node: Any, name: str, *, held: bool = False, **kw: Any) -> None:
+    def __init__(self, node: Any, name: str, *, held: bool = False,
+                 partitions: tuple[int, ...] = (), **kw: Any) -> None:
         super().__init__(node, name, **kw)
         self.held = held
+        self.partitions = partitions
 
     def setup(self) -> None:
         self.reads = 0
-        self.kept: list[tuple[Any, Read]] = []
+        self.kept: list[tuple[Any, Any]] = []
+
+    def _take(self, msg: Any) -> None:
+        if self.held:
+            self.kept.append((self.current_sender, msg))
+        else:
+            self.reply(self._answer(msg))
 
     @handles(Read)
     def on_read(self, msg: Read) -> None:
         self.reads += 1
-        if self.held:
-            self.kept.append((self.current_sender, msg))
-        else:
-            self.reply(_empty(msg))
+        self._take(msg)
+
+    @handles(OffsetForLeaderEpoch, DescribeProducers, DeleteRecords, DescribeLogDir)
+    def on_call(self, msg: Any) -> None:
+        self._take(msg)
+
+    def _answer(self, msg: Any) -> Any:
+        if isinstance(msg, Read):
+            return _empty(msg)
+        if isinstance(msg, OffsetForLeaderEpoch):
+            return OffsetForLeaderEpochDone(msg.req_id, [
+                OffsetForEpochDoneRow(r.topic, r.partition, 0, r.leader_epoch, EPOCH_END)
+                for r in msg.rows])
+        if isinstance(msg, DescribeProducers):
+            return DescribeProducersDone(msg.req_id, [
+                DescribeProducersDoneRow(r.topic, r.partition, 0, []) for r in msg.rows])
+        if isinstance(msg, DeleteRecords):
+            return DeleteRecordsDone(msg.req_id, [
+                DeleteRecordsDoneRow(r.topic, r.partition, r.offset, 0, None) for r in msg.rows])
+        assert isinstance(msg, DescribeLogDir)
+        return DescribeLogDirDone(msg.req_id, "/stand-in/log-dir", 1 << 30, 1 << 29, [
+            LogDirPartitionRow("t", p, PARTITION_SIZE, 0) for p in self.partitions])
 
     @handles(Hold)
     def on_hold(self, msg: Hold) -> int:
-        """Answers the number of kept Reads it answered."""
+        """Answers the number of kept calls it answered."""
         self.held = msg.held
         kept, self.kept = (self.kept, []) if msg.answer_kept else ([], self.kept)
-        for sender, read in kept:
-            self.tell(sender, _empty(read))
+        for sender, call in kept:
+            self.tell(sender, self._answer(call))
         return len(kept)
 
     @handles(GetStats)
@@ -182,13 +237,18 @@ class Handler:
                              clock=self.node.clock)
         self.processor = self.node.spawn(Sink, "processor-0")
         self.handler = self.node.spawn(RequestHandler, "handler-0", context=ctx)
+        # process 0's own shards: live stand-ins (answered at once, no deadline)
+        self.own_partition = _partition_of(topo, MAIN)
+        for i in topo.local_shards():
+            self.node.spawn(Shard, f"shard-{i}", partitions=_partitions_of(topo, i))
         self.node.start_gateway(host="handler-0")
         self.p1 = Node(P1, directory=directory, direct_peers=directory.nodes)
         self.nodes.append(self.p1)
         self.p1.start(gateway=False)
         p1_topo = _topology(P1)
         shard = p1_topo.shard_for("t", self.partition)
-        self.shard = self.p1.spawn(Shard, shard.name, held=held_shard)
+        self.shard = self.p1.spawn(Shard, shard.name, held=held_shard,
+                                   partitions=_partitions_of(p1_topo, int(shard.name[6:])))
         self.purgatory = self.p1.spawn(HeldPurgatory,
                                        p1_topo.purgatory_for("t", self.partition).name)
         self.p1.start_gateway(host=shard.name)
@@ -199,6 +259,26 @@ class Handler:
                                                   _fetch_frame(self.partition, max_wait_ms),
                                                   sent))
         return sent
+
+    def request(self, conn: int, api_key: int, version: int,
+                values: dict[str, Any]) -> tuple[int, KafkaProtocol]:
+        """Hands the handler a request as the Processor does; when it was sent, and the
+        client protocol that reads its answer (``response``)."""
+        protocol = KafkaProtocol(client_id="t")
+        correlation_id = protocol.send_request(build(api_key, version, values))
+        frame = bytes(protocol.send_bytes())[4:]
+        sent = time.monotonic_ns()
+        self.node.tell(self.handler, KafkaRequest(conn, 0, "processor-0", api_key, version,
+                                                  correlation_id, frame, sent))
+        return sent, protocol
+
+    def response(self, conn: int, protocol: KafkaProtocol) -> tuple[Any, float]:
+        """The answer on ``conn`` (the connection left open), and how long after ``sent``
+        it came (ms)."""
+        respond, close, frame, at = self.answered(conn)
+        assert (respond, close) == (True, False), "the connection must stay open"
+        [(_, response)] = protocol.receive_bytes(frame)
+        return response, at
 
     def answered(self, conn: int) -> list[Any]:
         got: list[Any] = wait_for(
@@ -335,14 +415,13 @@ def _context(topo: Topology) -> HandlerContext:
 def _calls(ctx: HandlerContext, partition: int) -> dict[str, Any]:
     """The calls a Fetch, a replica fetch and a ListOffsets of t-``partition`` make (the
     Read, the WatchFetch, the ReplicaRead, the ListOffsets), as their handlers build them."""
-    [read] = _read_calls(ctx, -1, 1 << 20, [ReadRow("t", partition, 0, 1 << 20)], 0,
-                         read_deadline_ms(500))
+    [read] = _read_calls(ctx, -1, 1 << 20, [ReadRow("t", partition, 0, 1 << 20)], 0, 500)
     watch = watch_call(ctx, ctx.topology.purgatory_for("t", partition),
                        lambda rid: WatchFetch(rid, 1, 500, False, []), 500)
     [replica_read] = replica_fetch._calls(
         ctx, ReplicaFetch(1, 2, 500, 1, 10 << 20, [ReplicaFetchRow("t", partition, 0, 0, -1,
                                                                    1 << 20)]),
-        [ReplicaReadRow("t", partition, 0, 0, -1, 1 << 20)], read_deadline_ms(500))
+        [ReplicaReadRow("t", partition, 0, 0, -1, 1 << 20)], 500)
     offsets = list_offsets._call(ctx, ctx.topology.shard_for("t", partition), 0,
                                  [ListOffsetsRow("t", partition, -1)])
     return {"read": read, "watch": watch, "replica_read": replica_read, "offsets": offsets}

@@ -36,6 +36,7 @@ from actors.topology import spread_index
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import (
     FETCH,
+    INIT_PRODUCER_ID,
     LIST_OFFSETS,
     RawClient,
     fetch_values,
@@ -948,6 +949,7 @@ def test_a_produce_for_a_paused_process_is_answered_by_its_timeout_ms(
 
 
 NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER
+OFFSET_FOR_LEADER_EPOCH, DESCRIBE_PRODUCERS = 23, 61
 
 
 def fetch_partitions(client: RawClient, topic: str, offsets: dict[int, int],
@@ -1036,6 +1038,55 @@ def test_a_fetch_naming_a_paused_process_serves_the_other_partitions(
             assert values_of(got[mine[0]]) == [b"mine", b"more"], got
             assert values_of(got[theirs[0]]) == [b"theirs"], got
             assert "answers again" in wait_for_log(broker, "answers again")
+    finally:
+        client.close()
+
+
+def test_offset_for_leader_epoch_and_describe_producers_serve_past_a_paused_process(
+        two_process_broker: BrokerProcess) -> None:
+    """Process 1 paused (SIGSTOP): an OffsetForLeaderEpoch naming a partition of each
+    process, through a connection process 0 serves, is answered by its ask's deadline
+    (5 s), not after the abandon time (twice request.timeout.ms, 60 s): process 0's
+    partition with where its epoch ends, process 1's NOT_LEADER_OR_FOLLOWER; the handler
+    then takes process 1 as silent, and a DescribeProducers naming both is answered alike
+    within the short deadline (200 ms): process 0's partition with its producer."""
+    broker = two_process_broker
+    topic = "epochs-paused"
+    worker, mine, theirs = topic_over_both_processes(broker, topic, 4)
+    client = connection_on_process_0(broker, worker, topic, mine[0])  # (writes probes)
+    client.sock.settimeout(60)
+    ids = client.call(INIT_PRODUCER_ID, 1, {"transactional_id": None,
+                                            "transaction_timeout_ms": 60_000})
+    assert ids.error_code == 0, ids
+    answer = client.produce(topic, mine[0], record_batch(
+        [(None, b"mine")], producer_id=ids.producer_id, producer_epoch=ids.producer_epoch,
+        base_sequence=0))
+    assert answer.error_code == 0, answer
+    end = answer.base_offset + 1
+    try:
+        with Paused(broker.hold_worker(worker), "process 1") as paused:
+            started = time.monotonic()
+            response = client.call(OFFSET_FOR_LEADER_EPOCH, 3, {
+                "replica_id": -1, "topics": [{"topic": topic, "partitions": [
+                    {"partition": p, "current_leader_epoch": -1, "leader_epoch": 0}
+                    for p in (theirs[0], mine[0])]}]})
+            took = time.monotonic() - started
+            got = {r.partition: r for r in response.topics[0].partitions}
+            assert (got[mine[0]].error_code, got[mine[0]].end_offset) == (0, end), got
+            assert got[theirs[0]].error_code == NOT_LEADER, got
+            assert 5 <= took < 20, took  # the deadline, a loaded host's slack above it
+            started = time.monotonic()
+            response = client.call(DESCRIBE_PRODUCERS, 0, {
+                "topics": [{"name": topic, "partition_indexes": [theirs[0], mine[0]]}]})
+            took = time.monotonic() - started
+            got = {r.partition_index: r for r in response.topics[0].partitions}
+            assert got[mine[0]].error_code == 0, got
+            assert [p.producer_id for p in got[mine[0]].active_producers] == [
+                ids.producer_id], got
+            assert got[theirs[0]].error_code == NOT_LEADER, got
+            assert took < 4, took  # process 1 taken as silent: not 5 s again
+            assert paused.continued == 0, "process 1 ran meanwhile"
+            assert "is taken as silent" in wait_for_log(broker, "is taken as silent")
     finally:
         client.close()
 

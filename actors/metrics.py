@@ -70,12 +70,22 @@ FAMILIES: dict[str, tuple[str, str]] = {
                                             "dropped)"),
     "processes_marked_silent": ("counter", "Times a request handler took another process "
                                            "of the broker as silent (a Fetch's, replica "
-                                           "fetch's or ListOffsets' call to it answered by "
-                                           "its deadline)"),
+                                           "fetch's, ListOffsets' or other call a live "
+                                           "process answers at once answered by its "
+                                           "deadline)"),
     "processes_answering_again": ("counter", "Times a process taken as silent answered a "
                                              "request handler again (the mark cleared)"),
-    "internal_calls_to_silent": ("counter", "Calls sent to a process taken as silent, with "
-                                            "the short deadline (max_wait_ms + 200 ms)"),
+    "silent_processes_restarted": ("counter", "Times a process taken as silent by a request "
+                                              "handler was started again (the mark cleared)"),
+    "internal_calls_to_silent": ("counter", "Probes sent to a process taken as silent after "
+                                            "the one that marked it: a call a live process "
+                                            "answers at once, sent when the last probe went "
+                                            "10 s ago or more, with the short deadline "
+                                            "(max_wait_ms + carry + 200 ms)"),
+    "internal_calls_withheld": ("counter", "Calls a request handler did not send to a "
+                                           "process taken as silent (a probe to it "
+                                           "outstanding), answered by their short deadline "
+                                           "(max_wait_ms + carry + 200 ms)"),
     "requests_dropped_after_close": ("counter", "Answers for connections already closed"),
     "requests_oversized": ("counter", "Requests over socket.request.max.bytes"),
     # topics

@@ -193,6 +193,12 @@ API_TABLE: dict[int, Any] = {
 }
 
 
+def _withheld(_req_id: int) -> Any:
+    """The ``make`` of a call withheld from a process taken as silent (RequestHandler.
+    _to_silent): never sent; its short deadline answers it."""
+    raise AssertionError("a call withheld from a silent process is never sent")
+
+
 def _answer(data: dict[str, Any]) -> ApiGen:
     """An API generator that answers at once (a request the ACLs refuse as a whole)."""
     return Respond(data)
@@ -241,14 +247,29 @@ class _InFlight:
 
 
 SWEEP_MS = 1000  # how often on_turn looks for abandoned requests (deadlines: sooner)
-# A process one of whose calls (Call.silence: a Read, a WatchFetch, a ListOffsets, ...) its
-# deadline answered is marked silent by the handler till any answer from it comes; such a
-# call to it meanwhile is still sent, but its deadline is at most its max_wait_ms plus
-# this: while a process is paused, only the first fetch naming its partitions waits the
-# whole 5-10 s, the others 200 ms. A live process answers a Read in well under a
-# millisecond; one that resumed and is slower than this once gets one more
-# NOT_LEADER_OR_FOLLOWER, and its late answer clears the mark for the next call.
+# A process one of whose calls (Call.silence: a Read, a WatchFetch, a ListOffsets, a
+# coordinator's Heartbeat, ...) its deadline answered is marked silent by the handler till
+# any answer from it comes (a late one too), or the notice that it was started again. Such
+# a call to it meanwhile gets at most its max_wait_ms plus its carry_ms plus this: while a
+# process is paused, the calls of a handler sent there before the first deadline passes
+# wait their whole 5-10 s, the later ones 200 ms (and the carry). Only one of them at a
+# time is sent (the probe: at marking, the call whose deadline just passed, whose late
+# answer may still come); the others are answered by that short deadline without being
+# sent, so a paused process's link backlog does not grow with every client retry (each
+# NOT_LEADER_OR_FOLLOWER is retried within ~200 ms), and a resumed process answers the
+# probe at once instead of serving thousands of Reads whose answers would be dropped as
+# late. A live process answers a Read in well under a millisecond; one that resumed and is
+# slower than this once gets one more NOT_LEADER_OR_FOLLOWER, and its late answer clears
+# the mark for the next call.
 SILENT_DEADLINE_MS = 200
+# A probe unanswered this long is taken as lost, and the next such call to that process is
+# sent as a new probe: a handler sends a silent process at most one such call per this.
+# 10 s is the longest a silence call's own deadline waits (fetch.READ_DEADLINE_CAP_MS,
+# before the carry): a live process, however loaded, answers well within it, and the
+# backlog of a paused one grows by at most six calls a minute per handler (not one per
+# client retry); a probe lost on the way (its answer too) delays the mark's end by at most
+# this.
+PROBE_AFTER_MS = 10_000
 TIMED_OUT_KEPT = 10_000  # req ids of calls answered by their deadline, kept for late answers
 _INT16 = struct.Struct(">h")
 _INT16_PAIR = struct.Struct(">hh")
@@ -396,8 +417,13 @@ class RequestHandler(Actor):
         # by target node: one line an interval while a process does not answer
         self.deadline_warnings = process_limiter("call_deadline", self.node)
         # process node -> when its silence was seen (a Call.silence call's deadline answered
-        # it); cleared by any answer from it, a late one included (on_reply)
+        # it); cleared by any answer from it, a late one included (on_reply), or the notice
+        # that it was started again (on_process_restarted)
         self.silent_nodes: dict[str, int] = {}
+        # silent process node -> when its probe went (the one such call sent to it at a
+        # time; at marking, the call whose deadline marked it): another is sent only
+        # PROBE_AFTER_MS later (_to_silent). Kept and cleared with silent_nodes.
+        self.probes: dict[str, int] = {}
         # by (node, marked or answering again): one line of each an interval
         self.silence_warnings = process_limiter("silent_process", self.node)
         # by sender node: answers to no pending call (on_reply)
@@ -527,11 +553,13 @@ class RequestHandler(Actor):
             state.calls = calls
             if call.on_timeout is not None:
                 if self.silent_nodes and call.silence and call.target.node in self.silent_nodes:
-                    call = self._shortened(call)
+                    call = self._to_silent(call, now)
                     state.calls = [call]
                 at = now + call.deadline_ms * 1_000_000
                 if at < self.next_sweep_ns:
                     self.next_sweep_ns = at
+                if call.make is _withheld:  # not sent: its short deadline answers it
+                    return
             self.tell(call.target, call.make(rid))
             return
         state.replies = [None] * len(calls)
@@ -545,13 +573,15 @@ class RequestHandler(Actor):
             state.req_ids.append(rid)
             if call.on_timeout is not None:
                 if self.silent_nodes and call.silence and call.target.node in self.silent_nodes:
-                    call = self._shortened(call)
+                    call = self._to_silent(call, now)
                     if state.calls is calls:  # (the API's own list left as it was)
                         state.calls = list(calls)
                     state.calls[i] = call
                 at = now + call.deadline_ms * 1_000_000
                 if at < self.next_sweep_ns:
                     self.next_sweep_ns = at
+                if call.make is _withheld:  # not sent: its short deadline answers it
+                    continue
             self.tell(call.target, call.make(rid))
         if not calls:
             self._advance(state, [])
@@ -808,16 +838,21 @@ class RequestHandler(Actor):
             return
         state, i = entry
         call = state.calls[i]
-        self.timed_out_ids[rid] = None
-        if len(self.timed_out_ids) > TIMED_OUT_KEPT:
-            del self.timed_out_ids[next(iter(self.timed_out_ids))]
+        withheld = call.make is _withheld
+        if not withheld:  # (a call never sent gets no answer, late or not, to drop)
+            self.timed_out_ids[rid] = None
+            if len(self.timed_out_ids) > TIMED_OUT_KEPT:
+                del self.timed_out_ids[next(iter(self.timed_out_ids))]
         self.node.metrics.incr("internal_calls_timed_out")
         # (one shortened while its process was marked does not mark it again: that process
-        # answered since, and was slower than SILENT_DEADLINE_MS alone)
-        if (call.silence and call.deadline_ms > max(0, call.max_wait_ms) + SILENT_DEADLINE_MS
+        # answered since, and was slower than SILENT_DEADLINE_MS alone; nor does a withheld
+        # one, shortened too)
+        if (call.silence and call.deadline_ms > _short_deadline_ms(call)
                 and call.target.node not in self.silent_nodes):
             self._mark_silent(call.target.node, now)
-        admitted = self.deadline_warnings.admit(call.target.node, now)
+        # (a withheld call is counted in internal_calls_withheld, not logged: it was not
+        # sent, so its process did not fail to answer it)
+        admitted = None if withheld else self.deadline_warnings.admit(call.target.node, now)
         if admitted is not None:
             what = (f"API {state.header.api_key} on connection {state.msg.conn_id}"
                     if state.header is not None
@@ -843,31 +878,45 @@ class RequestHandler(Actor):
         if state.waiting == 0:
             self._advance(state, state.replies)
 
-    def _shortened(self, call: Call) -> Call:
-        """A Call.silence call to a process marked silent: sent, its deadline at most its
-        max_wait_ms plus SILENT_DEADLINE_MS."""
+    def _to_silent(self, call: Call, now: int) -> Call:
+        """A Call.silence call to a process marked silent: its deadline at most its
+        max_wait_ms plus its carry_ms plus SILENT_DEADLINE_MS; sent as the new probe if the
+        last one went PROBE_AFTER_MS ago or more, else withheld (its ``make`` _withheld:
+        not sent, answered by that deadline)."""
+        node = call.target.node
+        short = call._replace(deadline_ms=min(call.deadline_ms, _short_deadline_ms(call)))
+        if now - self.probes[node] < PROBE_AFTER_MS * 1_000_000:
+            self.node.metrics.incr("internal_calls_withheld")
+            return short._replace(make=_withheld)
+        self.probes[node] = now
         self.node.metrics.incr("internal_calls_to_silent")
-        return call._replace(deadline_ms=min(call.deadline_ms,
-                                             max(0, call.max_wait_ms) + SILENT_DEADLINE_MS))
+        return short
 
     def _mark_silent(self, node: str, now: int) -> None:
         """A call's deadline answered it: ``node``'s process is taken as silent till it
-        answers anything."""
+        answers anything (or is started again); that call is its probe."""
         self.silent_nodes[node] = now
+        self.probes[node] = now
         self.node.metrics.incr("processes_marked_silent")
         admitted = self.silence_warnings.admit((node, True), now)
         if admitted is not None:
             self.log.warning("process {} is taken as silent: a call to it got no answer by "
-                             "its deadline; until it answers, its calls with a deadline get "
-                             "at most {} ms past their max_wait_ms ({} more such held back "
-                             "since the last line; one line {})", node, SILENT_DEADLINE_MS,
-                             admitted[0], _interval_text(self.silence_warnings.interval_ns))
+                             "its deadline; until it answers, its fetches', ListOffsets' and "
+                             "other calls a live process answers at once get at most {} ms "
+                             "past their max_wait_ms (and the time to carry their bytes), "
+                             "and only one at a time is sent to it (one per {} s at most), "
+                             "the others answered by that deadline unsent; Produce appends "
+                             "keep their own deadlines ({} more such held back since the "
+                             "last line; one line {})", node, SILENT_DEADLINE_MS,
+                             PROBE_AFTER_MS // 1000, admitted[0],
+                             _interval_text(self.silence_warnings.interval_ns))
 
     def _heard(self, node: str) -> None:
         """An answer from ``node``, marked silent: it runs again, its calls get their own
         deadlines."""
         now = self._monotonic_ns()
         since = self.silent_nodes.pop(node)
+        self.probes.pop(node, None)
         self.node.metrics.incr("processes_answering_again")
         admitted = self.silence_warnings.admit((node, False), now)
         if admitted is not None:
@@ -875,6 +924,23 @@ class RequestHandler(Actor):
                              "its calls get their own deadlines ({} more such held back since "
                              "the last line; one line {})", node, (now - since) // 1_000_000,
                              admitted[0], _interval_text(self.silence_warnings.interval_ns))
+
+    def _restarted_while_silent(self, node: str) -> None:
+        """``node``'s process, marked silent, was started again: a new process, ready (the
+        silent one is gone, it did not answer); its calls get their own deadlines.
+        Counted apart from processes_answering_again, which says a silent process ran
+        again (a pause, not a death)."""
+        now = self._monotonic_ns()
+        since = self.silent_nodes.pop(node)
+        self.probes.pop(node, None)
+        self.node.metrics.incr("silent_processes_restarted")
+        admitted = self.silence_warnings.admit((node, "restarted"), now)
+        if admitted is not None:
+            self.log.warning("process {} was started again, {} ms after it was taken as "
+                             "silent; no longer taken as silent, its calls get their own "
+                             "deadlines ({} more such held back since the last line; one "
+                             "line {})", node, (now - since) // 1_000_000, admitted[0],
+                             _interval_text(self.silence_warnings.interval_ns))
 
     def _abandon(self, state: _InFlight, why: str) -> None:
         for rid in state.req_ids:
@@ -915,11 +981,12 @@ class RequestHandler(Actor):
             return
         generations[gone] = msg.generation
         if gone in self.silent_nodes:  # a new process, ready: not the one that was silent
-            self._heard(gone)
+            self._restarted_while_silent(gone)
         # (a call to it that its deadline answered already waits no more: by call, not by
-        # the request's targets)
+        # the request's targets; nor does one withheld, never sent: its short deadline
+        # answers it)
         states = {id(st): st for st, i in self.pending.values()
-                  if st.calls[i].target.node == gone}
+                  if st.calls[i].target.node == gone and st.calls[i].make is not _withheld}
         for state in states.values():
             self._abandon(state, f"waited for process {msg.process}, which restarted")
 
@@ -950,6 +1017,12 @@ class RequestHandler(Actor):
         return {"requests": self.requests, "in_flight": len(self.pending),
                 "refused": self.closed_for_bad_input, "topics": sorted(self.ctx.topics),
                 "metadata_updates": cluster.updates if cluster is not None else 0}
+
+
+def _short_deadline_ms(call: Call) -> int:
+    """The deadline of a Call.silence call to a process taken as silent (at most its own):
+    its max_wait_ms, the time to carry its bytes and SILENT_DEADLINE_MS."""
+    return max(0, call.max_wait_ms) + call.carry_ms + SILENT_DEADLINE_MS
 
 
 def _replica_fetch_failed(msg: ReplicaFetch) -> ReplicaFetchResponse:

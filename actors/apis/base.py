@@ -65,12 +65,18 @@ class Call(NamedTuple):
     # DescribeLogDir, a coordinator's Heartbeat, LeaveGroup, OffsetFetch, DescribeGroups,
     # ListGroups), so its deadline passing says the target's process is silent (paused,
     # or not ready after a restart). The handler then marks that process and, till any
-    # answer from it, gives such calls to it at most max_wait_ms plus SILENT_DEADLINE_MS
-    # (request_handler.py), still sending them. A Produce's Append does not say so:
-    # acks=-1 waits for the followers too, and its REQUEST_TIMED_OUT sooner than
-    # timeout_ms would be a retry (a duplicate for a producer without idempotence); nor
-    # does a DeleteRecords (it waits for the followers) or an OffsetCommit (for its write).
+    # answer from it, gives such calls to it at most max_wait_ms plus carry_ms plus
+    # SILENT_DEADLINE_MS, and sends only one of them at a time (the probe; the others
+    # are answered by that short deadline unsent: request_handler.py). A Produce's Append
+    # does not say so: acks=-1 waits for the followers too, and its REQUEST_TIMED_OUT
+    # sooner than timeout_ms would be a retry (a duplicate for a producer without
+    # idempotence); nor does a DeleteRecords (it waits for the followers) or an
+    # OffsetCommit (for its write).
     silence: bool = False
+    # The part of deadline_ms given to carry the answer's bytes through the link (a Read's
+    # or ReplicaRead's fetch.carry_ms): kept in the short deadline of a silent process's
+    # call, as a big read from a live process takes longer than SILENT_DEADLINE_MS.
+    carry_ms: int = 0
 
 
 # The most a topic change's timeout_ms adds to the handler's wait for the Controller's
@@ -375,18 +381,18 @@ WRITE_DEADLINE_GRACE_MS = 1000
 
 def remote_call(ctx: HandlerContext, target: Address, make: Callable[[int], Any],
                 max_wait_ms: int, deadline_ms: int, on_timeout: Callable[[int], Any],
-                silence: bool) -> Call:
+                silence: bool, carry_ms: int = 0) -> Call:
     """A call to ``target`` that, if it lives in another process of this broker
     (num.processes > 1), has the deadline ``deadline_ms`` and ``on_timeout`` (and
-    ``silence``: see Call). Such a process may not answer: paused, or restarted and not
-    ready yet. A call to an actor of the handler's own process is the plain Call: that
-    actor answers unless the process itself is stuck, and a deadline there could only fire
-    on a loaded host, with a needless error. (A fetch's and a replica fetch's Reads make
-    this test inline, ``target.node == ctx.topology.node``: no Python call for it on a
-    one-process broker's hottest path.)"""
+    ``silence`` and ``carry_ms``: see Call). Such a process may not answer: paused, or
+    restarted and not ready yet. A call to an actor of the handler's own process is the
+    plain Call: that actor answers unless the process itself is stuck, and a deadline
+    there could only fire on a loaded host, with a needless error. (A fetch's and a
+    replica fetch's Reads make this test inline, ``target.node == ctx.topology.node``: no
+    Python call for it on a one-process broker's hottest path.)"""
     if target.node == ctx.topology.node:
         return Call(target, make, max_wait_ms)
-    return Call(target, make, max_wait_ms, deadline_ms, on_timeout, silence)
+    return Call(target, make, max_wait_ms, deadline_ms, on_timeout, silence, carry_ms)
 
 
 def prompt_call(ctx: HandlerContext, target: Address, make: Callable[[int], Any],

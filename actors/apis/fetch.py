@@ -73,8 +73,11 @@ NONE = int(ErrorCode.NONE)
 # behind a burst of appends, or a process starved of CPU on a busy host, takes long. Too
 # short, and a healthy but loaded process's partitions get a needless error (the client
 # refreshes its metadata and fetches them again, librdkafka after fetch.error.backoff.ms);
-# too long, and while a process is stuck every fetch that names one of its partitions holds
-# back the other partitions' data that long. The deadline is the fetch's max_wait_ms (how
+# too long, and while a process is stuck a fetch that names one of its partitions holds
+# back the other partitions' data that long: each handler's fetches sent there before the
+# first such deadline passes (the handler then takes the process as silent, and gives the
+# later ones max_wait_ms plus the carry plus 200 ms: request_handler.py's
+# SILENT_DEADLINE_MS). The deadline is the fetch's max_wait_ms (how
 # late its client already takes an answer) within [READ_DEADLINE_FLOOR_MS,
 # READ_DEADLINE_CAP_MS]: 5 s at least, far past any scheduling delay of a live process
 # (and well within every client's request timeout, 30 s and more); 10 s at most, so a long
@@ -149,10 +152,11 @@ def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
         if shard.node == here:
             calls.append(Call(shard, _read(replica_id, max_bytes, shard_rows, isolation)))
             continue
+        carry = carry_ms(shard_rows, max_bytes)
         calls.append(remote_call(
             ctx, shard, _read(replica_id, max_bytes, shard_rows, isolation, False), 0,
-            read_deadline_ms(wait_ms) + carry_ms(shard_rows, max_bytes),
-            partitions_timed_out(ReadDone, READ_TIMED_OUT, shard_rows), True))
+            read_deadline_ms(wait_ms) + carry,
+            partitions_timed_out(ReadDone, READ_TIMED_OUT, shard_rows), True, carry))
     return calls
 
 

@@ -68,10 +68,11 @@ def _calls(ctx: HandlerContext, msg: ReplicaFetch, rows: list[ReplicaReadRow],
         if shard.node == here:
             calls.append(Call(shard, make))
             continue
+        carry = carry_ms(shard_rows, msg.max_bytes)
         calls.append(remote_call(
-            ctx, shard, make, 0,
-            read_deadline_ms(wait_ms) + carry_ms(shard_rows, msg.max_bytes),
-            partitions_timed_out(ReplicaReadDone, REPLICA_READ_TIMED_OUT, shard_rows), True))
+            ctx, shard, make, 0, read_deadline_ms(wait_ms) + carry,
+            partitions_timed_out(ReplicaReadDone, REPLICA_READ_TIMED_OUT, shard_rows), True,
+            carry))
     return calls
 
 

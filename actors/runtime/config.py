@@ -232,9 +232,12 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                       "another process; a group call to the first "
                                       "process COORDINATOR_NOT_AVAILABLE by 5 s, an "
                                       "OffsetCommit by 16.5 s, JoinGroup and SyncGroup "
-                                      "not; 200 ms while that process is "
+                                      "not; 200 ms (plus max_wait_ms and the time to "
+                                      "carry a read's bytes) while that process is "
                                       "taken as silent (a deadline passed, no answer "
-                                      "since); fixed, not scaled by this)"),
+                                      "since), one such call sent to it at a time, the "
+                                      "others answered unsent; fixed, not scaled by "
+                                      "this)"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),

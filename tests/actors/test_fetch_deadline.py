@@ -25,6 +25,7 @@ import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.parser import KafkaProtocol
 
+from actors import request_handler
 from actors.apis import list_offsets, replica_fetch
 from actors.apis.base import HandlerContext
 from actors.apis.fetch import (
@@ -197,13 +198,13 @@ class HeldPurgatory(Actor):
         return self.watches
 
 
-def _fetch_frame(partition: int, max_wait_ms: int) -> bytes:
-    """A Fetch v11 of t-``partition`` from offset 0, min_bytes 1, as the Processor hands
-    it on."""
+def _fetch_frame(partition: int, max_wait_ms: int, max_bytes: int = 1 << 20) -> bytes:
+    """A Fetch v11 of t-``partition`` from offset 0, min_bytes 1, ``max_bytes`` (the
+    partition's too), as the Processor hands it on."""
     cls = FetchRequest[11]
-    request = cls(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
+    request = cls(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
                   isolation_level=0, session_id=0, session_epoch=-1,
-                  topics=[("t", [(partition, -1, 0, -1, 1 << 20)])],
+                  topics=[("t", [(partition, -1, 0, -1, max_bytes)])],
                   forgotten_topics_data=[], rack_id="")
     protocol = KafkaProtocol(client_id="t")
     protocol.send_request(request)
@@ -253,11 +254,11 @@ class Handler:
                                        p1_topo.purgatory_for("t", self.partition).name)
         self.p1.start_gateway(host=shard.name)
 
-    def fetch(self, conn: int, max_wait_ms: int) -> int:
+    def fetch(self, conn: int, max_wait_ms: int, max_bytes: int = 1 << 20) -> int:
         sent = time.monotonic_ns()
-        self.node.tell(self.handler, KafkaRequest(conn, 0, "processor-0", 1, 11, conn,
-                                                  _fetch_frame(self.partition, max_wait_ms),
-                                                  sent))
+        self.node.tell(self.handler, KafkaRequest(
+            conn, 0, "processor-0", 1, 11, conn,
+            _fetch_frame(self.partition, max_wait_ms, max_bytes), sent))
         return sent
 
     def request(self, conn: int, api_key: int, version: int,
@@ -298,21 +299,36 @@ def handler(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Handler]
     h.close()
 
 
+@pytest.mark.parametrize("probe_after_ms", [0, request_handler.PROBE_AFTER_MS])
 def test_a_watch_its_purgatory_does_not_answer_ends_at_max_wait_and_reads_again(
-        handler: Handler) -> None:
+        handler: Handler, probe_after_ms: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch's deadline marks the purgatory's process silent, the watch its probe: the
+    Read again is withheld (answered NOT_LEADER_OR_FOLLOWER by the short deadline) while
+    that probe is outstanding; with PROBE_AFTER_MS 0 it goes as a new probe, and the
+    stand-in shard (live, unlike the purgatory) answers it."""
+    monkeypatch.setattr(request_handler, "PROBE_AFTER_MS", probe_after_ms)
+    metrics = handler.node.metrics
     sent = handler.fetch(1, 300)
     respond, close, frame, at = handler.answered(1)
     assert (respond, close) == (True, False), "the connection must stay open"
     row = _partition(frame)
-    assert row.error_code == 0, row  # no error: read again, nothing there yet
     waited_ms = (at - sent) / 1e6
     # by the watch's deadline (max_wait_ms + the 1 s grace), not at the abandon time (1.2 s
     # here, which a call with a deadline does not have); 3 s of a loaded host's slack
     assert 300 + 1_000 <= waited_ms < 300 + 1_000 + 3_000, waited_ms
-    assert handler.p1.ask(handler.shard, GetStats()) == 2, "read again after the watch"
+    assert metrics.get("processes_marked_silent") == 1
+    if probe_after_ms == 0:
+        assert row.error_code == 0, row  # no error: read again, nothing there yet
+        assert handler.p1.ask(handler.shard, GetStats()) == 2, "read again after the watch"
+        assert metrics.get("internal_calls_to_silent") == 1
+        assert metrics.get("internal_calls_timed_out") == 1
+    else:
+        assert row.error_code == NOT_LEADER, row
+        assert handler.p1.ask(handler.shard, GetStats()) == 1, "the Read again withheld"
+        assert metrics.get("internal_calls_withheld") == 1
+        assert metrics.get("internal_calls_timed_out") == 2
     assert handler.p1.ask(handler.purgatory, GetStats()) == 1
-    assert handler.node.metrics.get("internal_calls_timed_out") == 1
-    assert handler.node.metrics.get("requests_abandoned") == 0
+    assert metrics.get("requests_abandoned") == 0
 
 
 @pytest.mark.parametrize("handler", [True], indirect=True)  # (a shard that keeps its Reads)
@@ -335,55 +351,136 @@ def test_a_read_its_shard_does_not_answer_is_not_leader_or_follower_by_its_deadl
     assert handler.node.metrics.get("requests_abandoned") == 0
 
 
+def _fetch_answered(handler: Handler, conn: int, error_code: int,
+                    max_bytes: int = 1 << 20) -> float:
+    """A fetch of the process's partition on ``conn`` (max_wait_ms 0): how long its answer
+    took (ms), its partition's code checked."""
+    sent = handler.fetch(conn, 0, max_bytes)
+    return _answer_of(handler, conn, error_code, sent)
+
+
+def _answer_of(handler: Handler, conn: int, error_code: int, sent: int) -> float:
+    respond, close, frame, at = handler.answered(conn)
+    assert (respond, close) == (True, False), "the connection must stay open"
+    assert _partition(frame).error_code == error_code, _partition(frame)
+    return (at - sent) / 1e6
+
+
 @pytest.mark.parametrize("handler", [True], indirect=True)  # (a shard that keeps its Reads)
 @pytest.mark.parametrize("answer", ["late", "live", "restarted"])
 def test_a_process_whose_read_timed_out_gets_the_short_deadline_till_it_answers(
-        handler: Handler, answer: str) -> None:
+        handler: Handler, answer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first fetch naming a partition of a process that does not answer waits the
-    read's whole deadline and marks that process silent; the next is still sent there (the
-    shard gets its Read) but answered NOT_LEADER_OR_FOLLOWER by SILENT_DEADLINE_MS. Any
-    answer from that process clears the mark: ``late``, the shard answers the two Reads it
-    kept (their deadlines answered them); ``live``, it answers the next fetch's Read; so
-    does ``restarted``, the notice that the process was started again (a new process: the
-    silent one is gone). The fetch after that, the shard keeping its Reads again, waits
-    the whole deadline again."""
+    read's whole deadline and marks that process silent, its Read the probe; the next is
+    answered NOT_LEADER_OR_FOLLOWER by SILENT_DEADLINE_MS (and the carry) without its Read
+    being sent. The mark ends: ``late``, the shard answers the probe it kept (its deadline
+    answered it); ``live``, the probe is lost (the shard keeps it for good), and the first
+    fetch after PROBE_AFTER_MS (1 s here) sends its Read as a new probe, which the shard,
+    live again, answers; ``restarted``, the notice that the process was started again (a
+    new process: the silent one is gone), counted apart. The fetch after that, the shard
+    keeping its Reads again, waits the whole deadline again."""
+    monkeypatch.setattr(request_handler, "PROBE_AFTER_MS", 1_000)
     metrics = handler.node.metrics
     deadline = READ_DEADLINE_FLOOR_MS + (1 << 20) // CARRY_BYTES_PER_MS
 
-    def fetch(conn: int, error_code: int) -> float:
-        """A fetch of the process's partition on ``conn``: how long its answer took."""
-        sent = handler.fetch(conn, 0)
-        respond, close, frame, at = handler.answered(conn)
-        assert (respond, close) == (True, False), "the connection must stay open"
-        assert _partition(frame).error_code == error_code, _partition(frame)
-        return (at - sent) / 1e6
-
-    waited_ms = fetch(1, NOT_LEADER)
+    waited_ms = _fetch_answered(handler, 1, NOT_LEADER)
     assert deadline <= waited_ms < deadline + 3000, waited_ms
     assert metrics.get("processes_marked_silent") == 1
-    waited_ms = fetch(2, NOT_LEADER)
-    # its own deadline is 5.1 s: a tenth of it is a loaded host's slack for the 200 ms
+    waited_ms = _fetch_answered(handler, 2, NOT_LEADER)
+    # its own deadline is 5.1 s: a tenth of it is a loaded host's slack for the 304 ms
     assert SILENT_DEADLINE_MS <= waited_ms < deadline / 10, waited_ms
-    assert handler.p1.ask(handler.shard, GetStats()) == 2, "the second Read is sent too"
-    assert metrics.get("internal_calls_to_silent") == 1
+    assert handler.p1.ask(handler.shard, GetStats()) == 1, "the probe alone was sent"
+    assert metrics.get("internal_calls_withheld") == 1
+    assert metrics.get("internal_calls_to_silent") == 0
     assert metrics.get("processes_marked_silent") == 1, "marked once"
     assert metrics.get("processes_answering_again") == 0
     if answer == "late":
-        assert handler.p1.ask(handler.shard, Hold(held=True, answer_kept=True)) == 2
-        wait_for(lambda: metrics.get("internal_answers_late") == 2, "the late answers")
+        assert handler.p1.ask(handler.shard, Hold(held=True, answer_kept=True)) == 1
+        wait_for(lambda: metrics.get("internal_answers_late") == 1, "the late answer")
+        assert metrics.get("processes_answering_again") == 1
     elif answer == "restarted":
         handler.node.tell(handler.handler, ProcessStarted(1, True, 1))
-        wait_for(lambda: metrics.get("processes_answering_again") == 1, "the mark cleared")
+        wait_for(lambda: metrics.get("silent_processes_restarted") == 1, "the mark cleared")
+        assert metrics.get("processes_answering_again") == 0, "a new process, not the same"
     else:
         handler.p1.ask(handler.shard, Hold(held=False, answer_kept=False))
-        fetch(3, 0)  # answered by the shard (under the short deadline: still marked)
-        assert metrics.get("internal_calls_to_silent") == 2
+        time.sleep(1.1)  # the probe outstanding longer than PROBE_AFTER_MS: taken as lost
+        _fetch_answered(handler, 3, 0)  # the new probe, answered by the shard
+        assert metrics.get("internal_calls_to_silent") == 1
+        assert handler.p1.ask(handler.shard, GetStats()) == 2
+        assert metrics.get("processes_answering_again") == 1
         handler.p1.ask(handler.shard, Hold(held=True, answer_kept=False))
-    assert metrics.get("processes_answering_again") == 1
-    waited_ms = fetch(4, NOT_LEADER)
+    waited_ms = _fetch_answered(handler, 4, NOT_LEADER)
     assert deadline <= waited_ms < deadline + 3000, waited_ms
     assert metrics.get("processes_marked_silent") == 2
     assert metrics.get("requests_abandoned") == 0
+    assert metrics.get("internal_answers_unknown") == 0
+
+
+@pytest.mark.parametrize("handler", [True], indirect=True)  # (a shard that keeps its Reads)
+def test_while_a_process_is_silent_only_its_probe_is_sent(handler: Handler) -> None:
+    """Marked silent, the process gets no more Reads than the one that marked it (the
+    probe): several fetches of its partition, sent together, are each answered
+    NOT_LEADER_OR_FOLLOWER by the short deadline (with the time to carry their bytes: a
+    big read from a live process takes longer than 200 ms) and counted as withheld. When
+    the shard answers the probe (late), the mark ends and the next fetch's Read is sent
+    and answered by the shard; no answer ever comes for a withheld Read."""
+    metrics = handler.node.metrics
+    deadline = READ_DEADLINE_FLOOR_MS + (1 << 20) // CARRY_BYTES_PER_MS
+    waited_ms = _fetch_answered(handler, 1, NOT_LEADER)
+    assert deadline <= waited_ms < deadline + 3000, waited_ms
+    assert metrics.get("processes_marked_silent") == 1
+
+    big = 2 << 20  # 2 MB: 209 ms to carry
+    sent = {conn: handler.fetch(conn, 0, big) for conn in range(2, 7)}
+    for conn, at in sent.items():
+        waited_ms = _answer_of(handler, conn, NOT_LEADER, at)
+        short = SILENT_DEADLINE_MS + big // CARRY_BYTES_PER_MS
+        assert short <= waited_ms < short + 2000, (conn, waited_ms)
+    assert handler.p1.ask(handler.shard, GetStats()) == 1, "the probe alone was sent"
+    assert metrics.get("internal_calls_withheld") == 5
+    assert metrics.get("internal_calls_to_silent") == 0
+    assert metrics.get("internal_calls_timed_out") == 6
+    # only the probe's id is kept for a late answer: a withheld Read's can never come
+    actor = handler.node.actors[handler.handler.name]
+    assert isinstance(actor, RequestHandler)
+    assert len(actor.timed_out_ids) == 1
+
+    assert handler.p1.ask(handler.shard, Hold(held=False, answer_kept=True)) == 1
+    wait_for(lambda: metrics.get("processes_answering_again") == 1, "the mark cleared")
+    assert metrics.get("internal_answers_late") == 1
+    waited_ms = _fetch_answered(handler, 7, 0)
+    assert waited_ms < deadline / 10, waited_ms
+    assert handler.p1.ask(handler.shard, GetStats()) == 2, "sent once the mark ended"
+    assert metrics.get("internal_calls_withheld") == 5
+    assert metrics.get("processes_marked_silent") == 1
+    assert metrics.get("internal_answers_unknown") == 0
+    assert metrics.get("requests_abandoned") == 0
+
+
+@pytest.mark.parametrize("handler", [True], indirect=True)  # (a shard that keeps its Reads)
+def test_a_short_deadline_passing_after_the_mark_ended_does_not_mark_again(
+        handler: Handler) -> None:
+    """A fetch given the short deadline while its process was marked, whose deadline
+    passes after the process answered (the mark ended meanwhile), does not mark it again:
+    that deadline was too short to say the process is silent. The fetch after it is sent
+    and answered by the shard."""
+    metrics = handler.node.metrics
+    _fetch_answered(handler, 1, NOT_LEADER)
+    assert metrics.get("processes_marked_silent") == 1
+    big = 20 << 20  # 2.1 s to carry: the short deadline ends ~2.3 s after it is sent
+    sent = handler.fetch(2, 0, big)
+    # the probe answered (late) well within that: the mark ends before its deadline
+    assert handler.p1.ask(handler.shard, Hold(held=False, answer_kept=True)) == 1
+    wait_for(lambda: metrics.get("processes_answering_again") == 1, "the mark cleared")
+    assert (time.monotonic_ns() - sent) / 1e6 < SILENT_DEADLINE_MS + big // CARRY_BYTES_PER_MS
+    waited_ms = _answer_of(handler, 2, NOT_LEADER, sent)  # withheld: its deadline answers
+    assert SILENT_DEADLINE_MS + big // CARRY_BYTES_PER_MS <= waited_ms, waited_ms
+    assert metrics.get("internal_calls_timed_out") == 2
+    assert metrics.get("processes_marked_silent") == 1, "not marked again"
+    _fetch_answered(handler, 3, 0)
+    assert handler.p1.ask(handler.shard, GetStats()) == 2
+    assert metrics.get("internal_calls_withheld") == 1
 
 
 def test_the_read_deadline_is_max_wait_ms_within_its_floor_and_cap() -> None:
